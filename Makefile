@@ -1,0 +1,33 @@
+# The two entry points of the README: `make demo` and `make test`.
+# Both create or refresh .venv in the checkout and install the project into it.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.chexretrieve-installed
+
+.PHONY: setup demo test lint format adversarial
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# the local CPU wheel first: a bare `torch` would pull a multi-GB CUDA build
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: setup
+	$(PY) -m chexretrieve demo
+
+test: setup
+	$(PY) -m ruff check chexretrieve tests benchmarks
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(PY) -m pytest -q $(PYTEST_ARGS)
+
+lint: setup
+	$(PY) -m ruff check chexretrieve tests benchmarks
+	$(PY) -m ruff format --check chexretrieve tests benchmarks
+
+format: setup
+	$(PY) -m ruff format chexretrieve tests benchmarks
+	$(PY) -m ruff check --fix chexretrieve tests benchmarks

@@ -1,0 +1,3 @@
+from chexretrieve.cli import main
+
+main()
