@@ -33,3 +33,62 @@ class Encoder(Protocol):
     def embed_texts(self, texts: Sequence[str]) -> np.ndarray:
         """(n, embed_dim) float32 unit vectors for sentences."""
         ...
+
+
+#: values this far outside [0, 1] are clipped back silently (decoder rounding); beyond it the image
+#: is rejected
+RANGE_TOLERANCE = 1e-4
+
+
+def check_greyscale_images(images: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """The images as 2-D float32 arrays in [0, 1]; ValueError naming the first bad one and why."""
+    if isinstance(images, np.ndarray) and images.ndim == 2:
+        raise ValueError(
+            "embed_images takes a sequence of 2-D images; wrap a single image in a list"
+        )
+    checked = []
+    for index, image in enumerate(images):
+        array = np.asarray(image)
+        if array.ndim != 2:
+            raise ValueError(
+                f"image {index} has shape {array.shape}: encoders take 2-D greyscale arrays "
+                "(rows, columns) in [0, 1]"
+            )
+        if min(array.shape) < 1:
+            raise ValueError(f"image {index} is empty (shape {array.shape})")
+        if not np.issubdtype(array.dtype, np.floating):
+            raise ValueError(
+                f"image {index} has dtype {array.dtype}: encoders take float images scaled to "
+                "[0, 1] (divide integer pixels by their maximum first)"
+            )
+        array = array.astype(np.float32, copy=False)
+        if not np.isfinite(array).all():
+            raise ValueError(f"image {index} contains NaN or infinite pixels")
+        low, high = float(array.min()), float(array.max())
+        if low < -RANGE_TOLERANCE or high > 1 + RANGE_TOLERANCE:
+            raise ValueError(
+                f"image {index} has values in [{low:.4g}, {high:.4g}]: encoders take images "
+                "scaled to [0, 1]"
+            )
+        checked.append(np.clip(array, 0.0, 1.0))
+    return checked
+
+
+def check_texts(texts: Sequence[str]) -> list[str]:
+    """The sentences as a list of str; ValueError when a bare string or a non-string is given."""
+    if isinstance(texts, str):
+        raise ValueError("embed_texts takes a sequence of sentences; wrap a single one in a list")
+    checked = list(texts)
+    for index, text in enumerate(checked):
+        if not isinstance(text, str):
+            raise ValueError(f"text {index} is a {type(text).__name__}, not a str")
+    return checked
+
+
+def unit_rows(vectors: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit L2 norm, float32; a zero row raises (the model produced no direction)."""
+    vectors = np.asarray(vectors, dtype=np.float64)
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    if vectors.size and not (norms > 0).all():
+        raise EncoderError("the model produced an all-zero embedding, which has no direction")
+    return (vectors / np.where(norms > 0, norms, 1.0)).astype(np.float32)

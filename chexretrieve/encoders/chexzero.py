@@ -1,0 +1,174 @@
+"""CheXzero: OpenAI CLIP ViT-B/32 fine-tuned on MIMIC-CXR, run by our own CLIP implementation.
+
+CheXzero's checkpoints are plain state dicts in OpenAI CLIP's key layout; ``load_chexzero_encoder``
+reads one, builds the model from its shapes and returns an ``Encoder``. Its image preprocessing
+(``preprocess_chexzero``) follows CheXzero's:
+
+1. pixel values in [0, 1] scaled to 0-255;
+2. long side resized to 320 (Lanczos, PIL's old ANTIALIAS filter), clamped to 0-255 as CheXzero's
+   8-bit images are, and centred on a zero-padded 320 x 320 square;
+3. normalised with mean 101.48761 and std 83.43944;
+4. resized to the model's input side (224) by bicubic interpolation without antialiasing (as the
+   torchvision of CheXzero's release resized tensors);
+5. the one channel repeated three times.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from PIL import Image
+
+from chexretrieve.encoders.base import (
+    EncoderError,
+    check_greyscale_images,
+    check_texts,
+    unit_rows,
+)
+from chexretrieve.encoders.checkpoint import load_matching_state_dict, read_checkpoint
+from chexretrieve.encoders.clip_architecture import (
+    METADATA_KEYS,
+    ClipModel,
+    ClipSizeError,
+    infer_clip_sizes,
+)
+from chexretrieve.encoders.config import EncoderConfig
+from chexretrieve.encoders.device import inference_context, resolve_batch_size, select_device
+from chexretrieve.encoders.tokenizer import ClipBpeTokenizer, load_clip_tokenizer
+
+#: side of the zero-padded square CheXzero's images are stored at
+PAD_SIDE = 320
+#: CheXzero's normalisation, on the 0-255 pixel scale
+PIXEL_MEAN = 101.48761
+PIXEL_STD = 83.43944
+
+
+def pad_to_square(image: np.ndarray, side: int = PAD_SIDE) -> np.ndarray:
+    """Resize the long side to ``side`` (Lanczos); centre on a zero ``side`` x ``side`` square.
+
+    The short side becomes floor(short * side / long), at least 1; the image sits at offset
+    ((side - width) // 2, (side - height) // 2). Values keep their scale.
+    """
+    height, width = image.shape
+    long = max(height, width)
+    new_height = max(1, height * side // long)
+    new_width = max(1, width * side // long)
+    resized = Image.fromarray(np.asarray(image, dtype=np.float32)).resize(
+        (new_width, new_height), Image.Resampling.LANCZOS
+    )
+    square = np.zeros((side, side), dtype=np.float32)
+    top, left = (side - new_height) // 2, (side - new_width) // 2
+    square[top : top + new_height, left : left + new_width] = np.asarray(resized)
+    return square
+
+
+def preprocess_chexzero(image: np.ndarray, resolution: int = 224) -> torch.Tensor:
+    """(3, resolution, resolution) float32 model input for one greyscale image in [0, 1]."""
+    (image,) = check_greyscale_images([image])
+    # Lanczos overshoots at edges; CheXzero's 8-bit images clamp to 0-255, so clamp here too
+    square = np.clip(pad_to_square(image * 255.0), 0.0, 255.0)
+    normalised = (torch.from_numpy(square) - PIXEL_MEAN) / PIXEL_STD
+    resized = F.interpolate(
+        normalised[None, None],
+        size=(resolution, resolution),
+        mode="bicubic",
+        align_corners=False,
+        antialias=False,
+    )
+    return resized[0].expand(3, -1, -1).contiguous()
+
+
+class ChexzeroEncoder:
+    """An ``Encoder`` over one CheXzero (OpenAI CLIP ViT) checkpoint."""
+
+    def __init__(
+        self,
+        model: ClipModel,
+        weights_hash: str,
+        config: EncoderConfig,
+        checkpoint: Path,
+        tokenizer: ClipBpeTokenizer | None = None,
+    ):
+        self.config = config
+        self.checkpoint = checkpoint
+        self.sizes = model.sizes
+        self.device = select_device(config.device)
+        self.batch_size = resolve_batch_size(config.batch_size, self.device)
+        self.model = model.eval().requires_grad_(False).to(self.device)
+        self.tokenizer = tokenizer
+        self.encoder_id = f"chexzero:{weights_hash}"
+        self.embed_dim = model.sizes.embed_dim
+        self.inv_temperature = min(math.exp(float(model.logit_scale.detach())), 100.0)
+
+    def __repr__(self) -> str:
+        return f"ChexzeroEncoder({self.encoder_id}, {self.checkpoint}, device={self.device})"
+
+    def embed_images(self, images: Sequence[np.ndarray]) -> np.ndarray:
+        images = check_greyscale_images(images)
+        out = np.zeros((len(images), self.embed_dim), dtype=np.float32)
+        side = self.sizes.image_resolution
+        for start in range(0, len(images), self.batch_size):
+            chunk = images[start : start + self.batch_size]
+            pixels = torch.stack([preprocess_chexzero(image, side) for image in chunk])
+            with inference_context(self.device, self.config.use_autocast):
+                features = self.model.encode_image(pixels.to(self.device))
+            out[start : start + len(chunk)] = unit_rows(features.float().cpu().numpy())
+        return out
+
+    def embed_texts(self, texts: Sequence[str]) -> np.ndarray:
+        texts = check_texts(texts)
+        if self.tokenizer is None:
+            raise EncoderError(
+                f"{self.encoder_id} cannot embed text without CLIP's BPE tokenizer: set "
+                "EncoderConfig.tokenizer_path (CLI: --tokenizer) to bpe_simple_vocab_16e6.txt.gz "
+                "or a folder with vocab.json and merges.txt"
+            )
+        max_tokens = min(self.config.max_text_tokens, self.sizes.context_length)
+        out = np.zeros((len(texts), self.embed_dim), dtype=np.float32)
+        for start in range(0, len(texts), self.batch_size):
+            chunk = texts[start : start + self.batch_size]
+            ids, ends = self.tokenizer.encode_batch(chunk, max_tokens)
+            with inference_context(self.device, self.config.use_autocast):
+                features = self.model.encode_text(
+                    torch.from_numpy(ids).to(self.device), torch.from_numpy(ends).to(self.device)
+                )
+            out[start : start + len(chunk)] = unit_rows(features.float().cpu().numpy())
+        return out
+
+
+def build_clip_model(state: dict[str, torch.Tensor], path: Path) -> ClipModel:
+    """Our CLIP model with sizes read from ``state`` and its weights loaded (strictly)."""
+    state = {key: value for key, value in state.items() if key not in METADATA_KEYS}
+    try:
+        sizes = infer_clip_sizes(state)
+    except ClipSizeError as error:
+        raise EncoderError(f"checkpoint {path} is not a CLIP ViT state dict: {error}") from error
+    model = ClipModel(sizes)
+    load_matching_state_dict(model, state, path)
+    return model
+
+
+def load_chexzero_encoder(
+    checkpoint: Path | str, config: EncoderConfig | None = None
+) -> ChexzeroEncoder:
+    """A CheXzero encoder from a state-dict file; the tokenizer comes from
+    ``config.tokenizer_path`` (without one, only images can be embedded)."""
+    config = config or EncoderConfig()
+    path = Path(checkpoint)
+    state, weights_hash = read_checkpoint(path)
+    model = build_clip_model(state, path)
+    tokenizer = None
+    if config.tokenizer_path is not None:
+        tokenizer = load_clip_tokenizer(config.tokenizer_path)
+        if tokenizer.vocab_size > model.sizes.vocab_size:
+            raise EncoderError(
+                f"tokenizer {config.tokenizer_path} has {tokenizer.vocab_size} tokens but "
+                f"checkpoint {path} embeds only {model.sizes.vocab_size}; pass the tokenizer the "
+                "model was trained with (OpenAI CLIP's bpe_simple_vocab_16e6.txt.gz for CheXzero)"
+            )
+    return ChexzeroEncoder(model, weights_hash, config, path, tokenizer)

@@ -1,0 +1,35 @@
+"""Settings shared by every encoder (CheXzero, Hugging Face CLIP, phantom)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class EncoderConfig:
+    # where the model runs: "auto" (CUDA when available, else CPU), "cpu", "cuda" or "cuda:N"
+    device: str = "auto"
+    # images or sentences per forward pass; None picks one for the device (64 on CUDA, 16 on CPU)
+    batch_size: int | None = None
+    # run the forward pass under torch.autocast (float16) on CUDA; ignored on CPU
+    use_autocast: bool = True
+    # CheXzero's BPE tokenizer: an OpenAI bpe_simple_vocab_16e6.txt.gz file or a folder holding a
+    # Hugging Face CLIP tokenizer (vocab.json + merges.txt); Hugging Face folders bring their own
+    tokenizer_path: Path | None = None
+    # longest tokenised sentence, start and end tokens included; longer ones are cut (CLIP: 77)
+    max_text_tokens: int = 77
+
+    def __post_init__(self) -> None:
+        if self.batch_size is not None and self.batch_size < 1:
+            raise ValueError(
+                f"EncoderConfig.batch_size must be at least 1 (got {self.batch_size}); "
+                "use None for an automatic batch size"
+            )
+        if self.max_text_tokens < 2:
+            raise ValueError(
+                "EncoderConfig.max_text_tokens must be at least 2 to hold the start and end tokens "
+                f"(got {self.max_text_tokens})"
+            )
+        if self.tokenizer_path is not None and not isinstance(self.tokenizer_path, Path):
+            object.__setattr__(self, "tokenizer_path", Path(self.tokenizer_path))

@@ -1,0 +1,144 @@
+"""CLIP-family models saved as Hugging Face folders (CLIPModel, MetaCLIP 2 and compatible).
+
+The folder holds ``config.json``, the weights (``model.safetensors`` or ``pytorch_model.bin``, maybe
+sharded), the image processor's ``preprocessor_config.json`` and the tokenizer files, as written by
+``save_pretrained``. Everything is read with ``local_files_only=True``: nothing is downloaded.
+Greyscale images in [0, 1] become 8-bit RGB images (the grey value in all three channels) and go
+through the folder's own image processor.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from chexretrieve.encoders.base import EncoderError, check_greyscale_images, check_texts, unit_rows
+from chexretrieve.encoders.checkpoint import hash_files
+from chexretrieve.encoders.config import EncoderConfig
+from chexretrieve.encoders.device import inference_context, resolve_batch_size, select_device
+
+#: weight file patterns save_pretrained writes (single or sharded)
+WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin")
+
+
+def greyscale_to_rgb(image: np.ndarray):
+    """A PIL RGB image with the grey value (rounded to 8 bits) in all three channels."""
+    from PIL import Image
+
+    grey = np.rint(np.asarray(image, dtype=np.float32) * 255.0).astype(np.uint8)
+    return Image.fromarray(np.repeat(grey[:, :, None], 3, axis=2), mode="RGB")
+
+
+def _pooled(output: object) -> torch.Tensor:
+    """Projected features: older transformers give a tensor, newer an output with pooler_output."""
+    if isinstance(output, torch.Tensor):
+        return output
+    pooled = getattr(output, "pooler_output", None)
+    if isinstance(pooled, torch.Tensor):
+        return pooled
+    raise EncoderError(f"the model returned {type(output).__name__} without projected features")
+
+
+class HuggingFaceClipEncoder:
+    """An ``Encoder`` over a Hugging Face CLIP-family model folder."""
+
+    def __init__(self, model, image_processor, tokenizer, weights_hash: str, folder: Path, config):
+        self.config = config
+        self.folder = folder
+        self.device = select_device(config.device)
+        self.batch_size = resolve_batch_size(config.batch_size, self.device)
+        self.model = model.float().eval().requires_grad_(False).to(self.device)
+        self.image_processor = image_processor
+        self.tokenizer = tokenizer
+        model_type = getattr(model.config, "model_type", "clip") or "clip"
+        self.encoder_id = f"hf-{model_type}:{weights_hash}"
+        self.embed_dim = int(model.config.projection_dim)
+        self.inv_temperature = min(math.exp(float(model.logit_scale.detach())), 100.0)
+        text_config = getattr(model.config, "text_config", None)
+        positions = getattr(text_config, "max_position_embeddings", config.max_text_tokens)
+        self.max_text_tokens = min(config.max_text_tokens, int(positions))
+
+    def __repr__(self) -> str:
+        return f"HuggingFaceClipEncoder({self.encoder_id}, {self.folder}, device={self.device})"
+
+    def embed_images(self, images: Sequence[np.ndarray]) -> np.ndarray:
+        images = check_greyscale_images(images)
+        out = np.zeros((len(images), self.embed_dim), dtype=np.float32)
+        for start in range(0, len(images), self.batch_size):
+            chunk = [greyscale_to_rgb(image) for image in images[start : start + self.batch_size]]
+            pixels = self.image_processor(images=chunk, return_tensors="pt")["pixel_values"]
+            with inference_context(self.device, self.config.use_autocast):
+                features = _pooled(
+                    self.model.get_image_features(pixel_values=pixels.to(self.device))
+                )
+            out[start : start + len(chunk)] = unit_rows(features.float().cpu().numpy())
+        return out
+
+    def embed_texts(self, texts: Sequence[str]) -> np.ndarray:
+        texts = check_texts(texts)
+        out = np.zeros((len(texts), self.embed_dim), dtype=np.float32)
+        for start in range(0, len(texts), self.batch_size):
+            chunk = texts[start : start + self.batch_size]
+            tokens = self.tokenizer(
+                chunk,
+                padding=True,
+                truncation=True,
+                max_length=self.max_text_tokens,
+                return_tensors="pt",
+            )
+            inputs = {
+                name: tokens[name].to(self.device)
+                for name in ("input_ids", "attention_mask")
+                if name in tokens
+            }
+            with inference_context(self.device, self.config.use_autocast):
+                features = _pooled(self.model.get_text_features(**inputs))
+            out[start : start + len(chunk)] = unit_rows(features.float().cpu().numpy())
+        return out
+
+
+def load_hf_clip_encoder(
+    folder: Path | str, config: EncoderConfig | None = None
+) -> HuggingFaceClipEncoder:
+    """An encoder from a ``save_pretrained`` folder, read with ``local_files_only=True``."""
+    config = config or EncoderConfig()
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise EncoderError(
+            f"Hugging Face model folder {folder} does not exist; pass a local folder written by "
+            "save_pretrained (hub names are not downloaded)"
+        )
+    if not (folder / "config.json").is_file():
+        raise EncoderError(f"Hugging Face model folder {folder} has no config.json")
+    weight_files = sorted({p for pattern in WEIGHT_PATTERNS for p in folder.glob(pattern)})
+    if not weight_files:
+        raise EncoderError(
+            f"Hugging Face model folder {folder} has no weights (model.safetensors or "
+            "pytorch_model.bin)"
+        )
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from transformers import AutoImageProcessor, AutoModel, AutoTokenizer
+
+    try:
+        model = AutoModel.from_pretrained(folder, local_files_only=True)
+        image_processor = AutoImageProcessor.from_pretrained(folder, local_files_only=True)
+        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    except (OSError, ValueError, KeyError, RuntimeError) as error:
+        first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise EncoderError(
+            f"Hugging Face model folder {folder} cannot be loaded: {first_line}"
+        ) from error
+    for needed in ("get_image_features", "get_text_features", "logit_scale"):
+        if not hasattr(model, needed):
+            raise EncoderError(
+                f"Hugging Face model folder {folder} holds a {type(model).__name__}, which has no "
+                f"{needed}; only CLIP-family image-text models are supported"
+            )
+    return HuggingFaceClipEncoder(
+        model, image_processor, tokenizer, hash_files(weight_files), folder, config
+    )

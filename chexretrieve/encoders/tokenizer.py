@@ -1,0 +1,220 @@
+"""OpenAI CLIP's byte-level BPE tokenizer (the one CheXzero uses), read from local files.
+
+Two file formats hold the same tokenizer:
+
+- OpenAI's ``bpe_simple_vocab_16e6.txt.gz``: a version line, then one merge ("a b") per line.
+  The vocabulary is implied: the 256 byte symbols, the same with the end-of-word mark ``</w>``, one
+  token per merge (the first 48,894 merges, giving 49,408 tokens in all), then
+  ``<|startoftext|>`` and ``<|endoftext|>``.
+- A Hugging Face CLIP tokenizer folder: ``vocab.json`` (token -> id) and ``merges.txt``.
+
+Text is cleaned as CLIP does (HTML entities unescaped, Unicode NFC, runs of whitespace collapsed,
+lower case; ftfy's mojibake repair is not applied), split into words with CLIP's pattern, and each
+word is encoded as bytes mapped to printable symbols and merged pairwise by merge rank.
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import html
+import json
+import unicodedata
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import regex
+
+from chexretrieve.encoders.base import EncoderError
+
+START_TOKEN = "<|startoftext|>"
+END_TOKEN = "<|endoftext|>"
+END_OF_WORD = "</w>"
+#: OpenAI's vocabulary keeps this many merges of the .gz file (49,408 tokens in all)
+OPENAI_MERGE_COUNT = 49408 - 256 * 2 - 2
+
+#: words: the two special tokens, English contractions, runs of letters, single digits, runs of
+#: anything else that is not whitespace
+WORD_PATTERN = regex.compile(
+    r"<\|startoftext\|>|<\|endoftext\|>|'s|'t|'re|'ve|'m|'ll|'d"
+    r"|\p{L}+|\p{N}|[^\s\p{L}\p{N}]+",
+    regex.IGNORECASE,
+)
+
+
+@functools.cache
+def byte_symbols() -> tuple[str, ...]:
+    """One printable character per byte value (index = byte), as GPT-2 / CLIP byte-level BPE use.
+
+    Bytes that are printable Latin-1 characters stand for themselves; the other 68 byte values are
+    given the characters 256, 257, ... in increasing byte order.
+    """
+    printable = set(range(ord("!"), ord("~") + 1))
+    printable |= set(range(ord("¡"), ord("¬") + 1))
+    printable |= set(range(ord("®"), ord("ÿ") + 1))
+    symbols = []
+    extra = 0
+    for value in range(256):
+        if value in printable:
+            symbols.append(chr(value))
+        else:
+            symbols.append(chr(256 + extra))
+            extra += 1
+    return tuple(symbols)
+
+
+def clean_text(text: str) -> str:
+    """CLIP's text cleaning (without ftfy): unescape HTML twice, NFC, collapse whitespace, lower."""
+    text = html.unescape(html.unescape(text))
+    text = unicodedata.normalize("NFC", text)
+    return " ".join(text.split()).lower()
+
+
+class ClipBpeTokenizer:
+    """Byte-level BPE with CLIP's start/end tokens; ``encode_batch`` gives padded id arrays."""
+
+    def __init__(self, vocab: dict[str, int], merges: Sequence[tuple[str, str]], source: str):
+        for special in (START_TOKEN, END_TOKEN):
+            if special not in vocab:
+                raise EncoderError(f"tokenizer {source}: the vocabulary has no {special} token")
+        missing = [symbol for symbol in byte_symbols() if symbol + END_OF_WORD not in vocab]
+        if missing:
+            raise EncoderError(
+                f"tokenizer {source}: {len(missing)} byte symbols (e.g. {missing[0]!r}) have no "
+                f"'{END_OF_WORD}' token; this is not a CLIP byte-level BPE vocabulary"
+            )
+        self.vocab = dict(vocab)
+        self.merge_rank = {pair: rank for rank, pair in enumerate(merges)}
+        self.source = source
+        self.start_id = vocab[START_TOKEN]
+        self.end_id = vocab[END_TOKEN]
+        self.vocab_size = max(vocab.values()) + 1
+        self._word_cache: dict[str, list[int]] = {}
+
+    def _merge_word(self, word: str) -> list[str]:
+        symbols = [byte_symbols()[b] for b in word.encode("utf-8")]
+        symbols[-1] += END_OF_WORD
+        while len(symbols) > 1:
+            ranks = [
+                self.merge_rank.get((symbols[i], symbols[i + 1]), len(self.merge_rank))
+                for i in range(len(symbols) - 1)
+            ]
+            best = min(ranks)
+            if best == len(self.merge_rank):
+                break
+            pair = (symbols[ranks.index(best)], symbols[ranks.index(best) + 1])
+            merged: list[str] = []
+            i = 0
+            while i < len(symbols):
+                if i + 1 < len(symbols) and (symbols[i], symbols[i + 1]) == pair:
+                    merged.append(symbols[i] + symbols[i + 1])
+                    i += 2
+                else:
+                    merged.append(symbols[i])
+                    i += 1
+            symbols = merged
+        return symbols
+
+    def _word_ids(self, word: str) -> list[int]:
+        if word in (START_TOKEN, END_TOKEN):
+            return [self.vocab[word]]
+        cached = self._word_cache.get(word)
+        if cached is None:
+            try:
+                cached = [self.vocab[symbol] for symbol in self._merge_word(word)]
+            except KeyError as error:
+                raise EncoderError(
+                    f"tokenizer {self.source}: merged symbol {error.args[0]!r} is not in the "
+                    "vocabulary; vocab and merges do not belong together"
+                ) from error
+            self._word_cache[word] = cached
+        return cached
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` without start/end tokens."""
+        ids: list[int] = []
+        for word in WORD_PATTERN.findall(clean_text(text)):
+            ids.extend(self._word_ids(word))
+        return ids
+
+    def encode_batch(self, texts: Sequence[str], max_tokens: int) -> tuple[np.ndarray, np.ndarray]:
+        """(ids, end_positions): int64 ids padded with 0 to the longest sentence, start and end
+        tokens added; a sentence longer than ``max_tokens`` is cut and ends with the end token, as
+        CheXzero's training code does. ``end_positions[i]`` is where sentence i's end token sits.
+        """
+        rows = []
+        for text in texts:
+            ids = [self.start_id, *self.encode(text)][: max_tokens - 1]
+            rows.append([*ids, self.end_id])
+        width = max((len(row) for row in rows), default=0)
+        ids = np.zeros((len(rows), width), dtype=np.int64)
+        for i, row in enumerate(rows):
+            ids[i, : len(row)] = row
+        ends = np.array([len(row) - 1 for row in rows], dtype=np.int64)
+        return ids, ends
+
+
+def _read_openai_merges(path: Path) -> ClipBpeTokenizer:
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as handle:
+            lines = handle.read().split("\n")
+    except (OSError, EOFError, UnicodeDecodeError) as error:
+        raise EncoderError(
+            f"tokenizer {path}: cannot read it as a gzip text file ({error})"
+        ) from error
+    merges = _parse_merges(lines[1:], path)[:OPENAI_MERGE_COUNT]
+    symbols = list(byte_symbols())
+    tokens = symbols + [s + END_OF_WORD for s in symbols] + ["".join(p) for p in merges]
+    tokens += [START_TOKEN, END_TOKEN]
+    return ClipBpeTokenizer({token: i for i, token in enumerate(tokens)}, merges, str(path))
+
+
+def _parse_merges(lines: Sequence[str], path: Path) -> list[tuple[str, str]]:
+    merges = []
+    for number, line in enumerate(lines, start=2):
+        if not line.strip() or line.startswith("#version"):
+            continue
+        parts = line.split()
+        if len(parts) != 2:
+            raise EncoderError(f"tokenizer {path}: line {number} is not a merge 'a b': {line!r}")
+        merges.append((parts[0], parts[1]))
+    return merges
+
+
+def _read_huggingface_folder(folder: Path) -> ClipBpeTokenizer:
+    vocab_file, merges_file = folder / "vocab.json", folder / "merges.txt"
+    for needed in (vocab_file, merges_file):
+        if not needed.is_file():
+            raise EncoderError(
+                f"tokenizer folder {folder} has no {needed.name}: a Hugging Face CLIP tokenizer "
+                "folder holds vocab.json and merges.txt"
+            )
+    try:
+        vocab = json.loads(vocab_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise EncoderError(f"tokenizer {vocab_file}: not readable JSON ({error})") from error
+    if not isinstance(vocab, dict):
+        raise EncoderError(f"tokenizer {vocab_file}: expected a JSON object token -> id")
+    lines = merges_file.read_text(encoding="utf-8").split("\n")
+    return ClipBpeTokenizer(vocab, _parse_merges(lines, merges_file), str(folder))
+
+
+def load_clip_tokenizer(path: Path | str | None) -> ClipBpeTokenizer:
+    """CLIP's tokenizer from an OpenAI ``.txt.gz`` merges file or a Hugging Face tokenizer
+    folder."""
+    if path is None:
+        raise EncoderError(
+            "CheXzero needs OpenAI CLIP's BPE tokenizer and none was given: set "
+            "EncoderConfig.tokenizer_path (CLI: --tokenizer) to bpe_simple_vocab_16e6.txt.gz or to "
+            "a folder with vocab.json and merges.txt (e.g. a saved openai/clip-vit-base-patch32)"
+        )
+    path = Path(path)
+    if path.is_dir():
+        return _read_huggingface_folder(path)
+    if path.is_file():
+        return _read_openai_merges(path)
+    raise EncoderError(
+        f"tokenizer {path} does not exist: pass bpe_simple_vocab_16e6.txt.gz or a folder with "
+        "vocab.json and merges.txt"
+    )
