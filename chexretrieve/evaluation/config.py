@@ -1,0 +1,240 @@
+"""Settings of the retrieval evaluation (protocol, intervals, experiments, sources, report).
+
+Every field carries a comment; README.md's Settings table has one row per field. The CLI
+(``chexretrieve eval ...``) builds these from its options; library code never sees typer objects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from chexretrieve.findings import FINDINGS
+
+#: every geometry the evaluation knows; ``posterior_*`` fit the broad corpus as prior first
+ALL_GEOMETRIES: tuple[str, ...] = (
+    "cosine",
+    "iti",
+    "softmax",
+    "gaussian",
+    "latent_gaussian",
+    "latent_spherical",
+    "gmm",
+    "movmf",
+    "posterior_gaussian",
+    "posterior_latent_gaussian",
+    "posterior_latent_spherical",
+    "posterior_gmm",
+)
+
+
+@dataclass(frozen=True)
+class ProtocolConfig:
+    """Which images are queries and keys for one finding, and how labels become relevance."""
+
+    # split whose images are the keys (the ranked gallery)
+    key_split: str = "train"
+    # split whose images positive for the finding are the queries
+    query_split: str = "valid"
+    # blank (NaN) label: "negative" counts it as 0 (CheXpert convention), "drop" removes the image
+    blank_as: str = "negative"
+    # uncertain (-1) label on a key: "drop" (the paper), "negative" (U-Zeros), "positive" (U-Ones)
+    uncertain_as: str = "drop"
+    # keep only frontal images when the labels have a view column (CheXpert "Frontal/Lateral")
+    frontal_only: bool = False
+    # a finding with fewer queries than this is reported as skipped instead of scored
+    min_queries: int = 1
+    # a finding with fewer relevant keys than this is reported as skipped instead of scored
+    min_relevant_keys: int = 1
+
+    def __post_init__(self) -> None:
+        if self.blank_as not in ("negative", "drop"):
+            raise ValueError(f"blank_as must be 'negative' or 'drop', got {self.blank_as!r}")
+        if self.uncertain_as not in ("drop", "negative", "positive"):
+            raise ValueError(
+                f"uncertain_as must be 'drop', 'negative' or 'positive', got {self.uncertain_as!r}"
+            )
+        if self.key_split == self.query_split:
+            raise ValueError(
+                f"key_split and query_split are both {self.key_split!r}; queries must come from "
+                "another split than the keys"
+            )
+
+
+@dataclass(frozen=True)
+class IntervalConfig:
+    """The two-level bootstrap behind every 95% interval (see evaluation/intervals.py)."""
+
+    # bootstrap replicates
+    n_bootstrap: int = 1000
+    # coverage of the percentile interval
+    confidence: float = 0.95
+    # "shared": one query resample per replicate used in every cell (the same validation images are
+    # the queries of every variant x checkpoint cell); "per_cell": an independent resample per cell
+    query_resampling: str = "shared"
+    # seed of the bootstrap's random generator
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.n_bootstrap < 1:
+            raise ValueError(f"n_bootstrap must be at least 1, got {self.n_bootstrap}")
+        if not 0.0 < self.confidence < 1.0:
+            raise ValueError(f"confidence must lie strictly between 0 and 1, got {self.confidence}")
+        if self.query_resampling not in ("shared", "per_cell"):
+            raise ValueError(
+                f"query_resampling must be 'shared' or 'per_cell', got {self.query_resampling!r}"
+            )
+
+
+@dataclass(frozen=True)
+class RetrievalEvalConfig:
+    """Tables 2 and 3: per-finding AUPRC of every geometry and its differences to the references."""
+
+    # findings to evaluate (CheXpert names)
+    findings: tuple[str, ...] = FINDINGS
+    # geometry specs "name" or "name:key=value,..." (names from ALL_GEOMETRIES)
+    geometries: tuple[str, ...] = ALL_GEOMETRIES
+    # geometries every other one is compared against (Table 2 uses both, Table 3 cosine)
+    references: tuple[str, ...] = ("cosine", "iti")
+    # use at most this many anchor-set variants per finding (None: all found)
+    max_variants: int | None = None
+    # inverse temperature of the anchor geometries (None: the encoder's own exp(logit_scale))
+    inv_temperature: float | None = None
+    # largest query-batch x keys score block held in memory at once (float64 elements)
+    max_block_elements: int = 4_000_000
+    # protocol (queries, keys, relevance)
+    protocol: ProtocolConfig = field(default_factory=ProtocolConfig)
+    # bootstrap intervals
+    intervals: IntervalConfig = field(default_factory=IntervalConfig)
+
+
+@dataclass(frozen=True)
+class MixingConfig:
+    """Experiment (a), paper Fig. 3: finding anchors mixed with nuisance anchors at weight p."""
+
+    # weights p of the finding anchors (1 - p goes to the nuisance anchors)
+    weights: tuple[float, ...] = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+    # findings whose anchors are mixed (each gets its own curve pair)
+    findings: tuple[str, ...] = ("Pleural Effusion", "Cardiomegaly")
+    # name of the nuisance anchor set (anchors/nuisance/<name>...) and of its label column
+    nuisance: str = "projection"
+    # geometry of the mixture (softmax uses per-anchor weights)
+    geometry: str = "softmax"
+
+
+@dataclass(frozen=True)
+class BudgetConfig:
+    """Experiment (b), paper Fig. 4: AUPRC versus the number of anchors, per geometry."""
+
+    # anchor counts drawn from the finding's pooled anchor variants
+    anchor_counts: tuple[int, ...] = (4, 8, 16, 32, 64, 128, 256)
+    # random draws per anchor count (averaged; the band is their 95% range of the mean)
+    repeats: int = 3
+    # geometries compared (cosine is drawn as a flat reference line)
+    geometries: tuple[str, ...] = (
+        "softmax",
+        "gaussian",
+        "latent_gaussian",
+        "latent_spherical",
+        "gmm",
+        "movmf",
+    )
+    # findings averaged over (empty: the retrieval evaluation's findings)
+    findings: tuple[str, ...] = ()
+    # seed of the anchor draws
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class PosteriorConfig:
+    """Experiment (c), paper Fig. 5: target-only versus posterior models with a broad prior."""
+
+    # numbers of target (finding) anchors
+    target_counts: tuple[int, ...] = (2, 4, 8, 16, 32, 64)
+    # random draws per count
+    repeats: int = 3
+    # target-only models; each one with a posterior_ twin is also run adapted from the broad corpus
+    geometries: tuple[str, ...] = ("softmax", "gaussian", "latent_spherical", "gmm")
+    # findings averaged over (empty: the retrieval evaluation's findings)
+    findings: tuple[str, ...] = ()
+    # seed of the anchor draws
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    """Experiment (d), paper Table 4: fit + features + top-k retrieval time vs number of anchors."""
+
+    # number of queries Q (the paper: 10,000)
+    n_queries: int = 1000
+    # number of gallery items G (the paper: 50,000)
+    n_gallery: int = 10000
+    # embedding dimension
+    dim: int = 512
+    # anchor-set sizes N
+    anchor_counts: tuple[int, ...] = (10, 100, 1000, 10000)
+    # geometries timed
+    geometries: tuple[str, ...] = ("cosine", "softmax", "gaussian", "latent_gaussian")
+    # timed runs per cell (the paper: 10)
+    repeats: int = 3
+    # untimed warm-up runs per cell (the paper: 3)
+    warmup: int = 1
+    # neighbours kept per query
+    top_k: int = 10
+    # "cpu", "cuda", or "auto" (cuda when torch sees one; only the scoring matmul moves there)
+    device: str = "auto"
+    # seed of the random embeddings
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class PhantomSourceConfig:
+    """The default source: a generated phantom archive embedded with the phantom encoder."""
+
+    # images in the generated archive (train + valid)
+    n_images: int = 1200
+    # generation seed
+    seed: int = 0
+    # folder holding generated archives and embedding caches (reused when present)
+    cache_dir: str = ".cache/chexretrieve/eval"
+
+
+@dataclass(frozen=True)
+class ChexpertSourceConfig:
+    """A CheXpert-layout folder (train.csv / valid.csv + images) and CheXzero checkpoints."""
+
+    # folder holding train.csv and valid.csv (CheXpert-v1.0 or CheXpert-v1.0-small)
+    root: str = ""
+    # CheXzero checkpoint files; each is one cell dimension of the intervals
+    checkpoints: tuple[str, ...] = ()
+    # tokenizer file or folder the CheXzero text tower needs
+    tokenizer: str | None = None
+    # images embedded per forward pass
+    batch_size: int = 32
+    # use at most this many images per split (None: all), sampled with a fixed seed, for smoke runs
+    max_images_per_split: int | None = None
+    # folder for embedding caches keyed by encoder id and image list (None: no cache)
+    cache_dir: str | None = None
+
+
+@dataclass(frozen=True)
+class NaturalImageConfig:
+    """The natural-image protocol: a labelled image folder with class and style labels."""
+
+    # root/<style>/<class>/<image> layout, or a CSV with columns path,class,style
+    root: str = ""
+    # CSV of labels (relative paths resolved against root); None: the folder layout
+    labels_csv: str | None = None
+    # class anchors: one sentence per class per template ("{}" is the class name)
+    class_templates: tuple[str, ...] = (
+        "a photo of a {}.",
+        "a picture of a {}.",
+        "an image of a {}.",
+    )
+    # style anchors: one sentence per style per template ("{}" is the style name)
+    style_templates: tuple[str, ...] = ("a {} image.", "an image in the style of a {}.", "a {}.")
+    # mixture weights p of the class anchors (1 - p goes to the style anchors)
+    weights: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
+    # geometries of the per-coordinate AUPRC table (cosine always included)
+    geometries: tuple[str, ...] = ("cosine", "softmax", "gaussian", "latent_spherical")
+    # images embedded per forward pass
+    batch_size: int = 32
