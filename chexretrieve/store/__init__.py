@@ -1,0 +1,41 @@
+"""The store (SQLAlchemy 2; the only package that imports SQLAlchemy): images, labels, embeddings.
+
+``open_store(url)`` opens a SQLite file or any SQLAlchemy URL, applies the Alembic migrations in the
+top-level ``db/`` folder, and returns a ``Store``. See ``chexretrieve.store.store`` for the API and
+``chexretrieve.store.schema`` for the tables and the label policy.
+"""
+
+from chexretrieve.store.config import DEFAULT_DB_URL, StoreConfig
+from chexretrieve.store.engine import StoreError, database_label, default_db_url
+from chexretrieve.store.records import (
+    BatchItem,
+    EncoderRecord,
+    Gallery,
+    ImageFilter,
+    ImageRecord,
+    Outcome,
+    SourceStamp,
+    StoredImage,
+)
+from chexretrieve.store.schema import OUTCOMES
+from chexretrieve.store.store import IMAGE_COLUMNS, Store, open_store
+
+__all__ = [
+    "DEFAULT_DB_URL",
+    "IMAGE_COLUMNS",
+    "OUTCOMES",
+    "BatchItem",
+    "EncoderRecord",
+    "Gallery",
+    "ImageFilter",
+    "ImageRecord",
+    "Outcome",
+    "SourceStamp",
+    "Store",
+    "StoreConfig",
+    "StoreError",
+    "StoredImage",
+    "database_label",
+    "default_db_url",
+    "open_store",
+]

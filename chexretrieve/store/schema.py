@@ -1,0 +1,212 @@
+"""The store's tables as SQLAlchemy 2 ORM classes; the Alembic migrations in ``db/`` build the same.
+
+Portable across SQLite and PostgreSQL: plain types only, named constraints (one naming
+convention), embeddings as little-endian float32 bytes. ``tests/store`` checks that the migrated
+schema equals this metadata, so a change here needs a new migration in ``db/versions/``.
+
+Label values: 1 = positive, 0 = negative, -1 = uncertain, NULL = blank (the finding was not
+mentioned). An image with no label rows at all is unlabelled. Evaluation decides how to use -1 and
+blank; the store keeps exactly what the labels file said.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    Date,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+#: outcomes an ingest records per file
+OUTCOMES = ("ingested", "embedded", "already-present", "rejected", "conflict")
+RUN_STATUSES = ("running", "completed", "failed", "interrupted")
+
+UID = String(64)  # DICOM UIDs are at most 64 characters
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class Study(Base):
+    __tablename__ = "studies"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    study_uid: Mapped[str] = mapped_column(UID, unique=True)
+    patient_id: Mapped[str | None] = mapped_column(String(64))
+    study_date: Mapped[dt.date | None] = mapped_column(Date)
+
+
+class IngestRun(Base):
+    __tablename__ = "ingest_runs"
+    __table_args__ = (
+        CheckConstraint(
+            "status IN ('running', 'completed', 'failed', 'interrupted')", name="status"
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    started_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
+    status: Mapped[str] = mapped_column(String(16))
+    host: Mapped[str | None] = mapped_column(String(255))
+    pid: Mapped[int | None] = mapped_column(Integer)
+    encoder_id: Mapped[str | None] = mapped_column(String(200))
+    settings_json: Mapped[str | None] = mapped_column(Text)
+    counts_json: Mapped[str | None] = mapped_column(Text)
+
+
+class Image(Base):
+    __tablename__ = "images"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    sop_uid: Mapped[str] = mapped_column(UID, unique=True)
+    study_id: Mapped[int] = mapped_column(ForeignKey("studies.id"), index=True)
+    series_uid: Mapped[str | None] = mapped_column(UID)
+    patient_id: Mapped[str | None] = mapped_column(String(64), index=True)
+    patient_sex: Mapped[str | None] = mapped_column(String(16))
+    patient_age_years: Mapped[float | None] = mapped_column(Float)
+    study_date: Mapped[dt.date | None] = mapped_column(Date)
+    view_position: Mapped[str | None] = mapped_column(String(16))
+    manufacturer: Mapped[str | None] = mapped_column(String(128))
+    body_part: Mapped[str | None] = mapped_column(String(64))
+    photometric: Mapped[str | None] = mapped_column(String(16))
+    modality: Mapped[str | None] = mapped_column(String(16))
+    pixel_rows: Mapped[int | None] = mapped_column(Integer)
+    pixel_columns: Mapped[int | None] = mapped_column(Integer)
+    pixel_spacing_row_mm: Mapped[float | None] = mapped_column(Float)
+    pixel_spacing_col_mm: Mapped[float | None] = mapped_column(Float)
+    transfer_syntax: Mapped[str | None] = mapped_column(UID)
+    source_format: Mapped[str | None] = mapped_column(String(16))
+    pixel_sha256: Mapped[str] = mapped_column(String(64))
+    source_path: Mapped[str | None] = mapped_column(Text)
+    split: Mapped[str | None] = mapped_column(String(16), index=True)
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("ingest_runs.id"))
+    ingested_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
+
+
+class EncoderRow(Base):
+    __tablename__ = "encoders"
+
+    id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    name: Mapped[str] = mapped_column(String(100))
+    embed_dim: Mapped[int] = mapped_column(Integer)
+    inv_temperature: Mapped[float] = mapped_column(Float)
+    registered_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
+
+
+class Embedding(Base):
+    __tablename__ = "embeddings"
+    __table_args__ = (Index("ix_embeddings_image_id", "image_id"),)
+
+    # (encoder, image) order so one encoder's gallery is a primary-key range scan
+    encoder_id: Mapped[str] = mapped_column(ForeignKey("encoders.id"), primary_key=True)
+    image_id: Mapped[int] = mapped_column(
+        ForeignKey("images.id", ondelete="CASCADE"), primary_key=True
+    )
+    dim: Mapped[int] = mapped_column(Integer)
+    vector: Mapped[bytes] = mapped_column(LargeBinary)  # dim little-endian float32 values
+
+
+class Label(Base):
+    __tablename__ = "labels"
+    __table_args__ = (CheckConstraint("value IS NULL OR value IN (-1.0, 0.0, 1.0)", name="value"),)
+
+    image_id: Mapped[int] = mapped_column(
+        ForeignKey("images.id", ondelete="CASCADE"), primary_key=True
+    )
+    finding: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[float | None] = mapped_column(Float)  # 1, 0, -1 (uncertain), NULL (blank)
+
+
+class IngestOutcome(Base):
+    __tablename__ = "ingest_outcomes"
+    __table_args__ = (
+        CheckConstraint(
+            "outcome IN ('ingested', 'embedded', 'already-present', 'rejected', 'conflict')",
+            name="outcome",
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("ingest_runs.id"), index=True)
+    path: Mapped[str] = mapped_column(Text)
+    outcome: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str | None] = mapped_column(String(64))
+    detail: Mapped[str | None] = mapped_column(Text)
+    sop_uid: Mapped[str | None] = mapped_column(UID)
+    image_id: Mapped[int | None] = mapped_column(ForeignKey("images.id", ondelete="SET NULL"))
+    recorded_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
+
+
+class SourceFile(Base):
+    """A file already stored, with its size and mtime, so an unchanged file is not decoded again."""
+
+    __tablename__ = "source_files"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    path_key: Mapped[str] = mapped_column(String(64), unique=True)  # sha256 of the path
+    path: Mapped[str] = mapped_column(Text)
+    size_bytes: Mapped[int] = mapped_column(BigInteger)
+    mtime_ns: Mapped[int] = mapped_column(BigInteger)
+    image_id: Mapped[int] = mapped_column(ForeignKey("images.id", ondelete="CASCADE"), index=True)
+    seen_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
+
+
+class AnchorEmbedding(Base):
+    """Cached text embeddings of one anchor-set version under one encoder (N sentences x d)."""
+
+    __tablename__ = "anchor_embeddings"
+    __table_args__ = (
+        UniqueConstraint(
+            "anchor_set_id",
+            "version",
+            "encoder_id",
+            "content_hash",
+            name="uq_anchor_embeddings_key",
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    anchor_set_id: Mapped[str] = mapped_column(String(200))
+    version: Mapped[str] = mapped_column(String(64))
+    content_hash: Mapped[str] = mapped_column(String(128))
+    encoder_id: Mapped[str] = mapped_column(ForeignKey("encoders.id"))
+    n_sentences: Mapped[int] = mapped_column(Integer)
+    dim: Mapped[int] = mapped_column(Integer)
+    matrix: Mapped[bytes] = mapped_column(LargeBinary)  # n_sentences x dim little-endian float32
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
+
+
+class ArchiveRevision(Base):
+    """One row whose counter grows with every write that changes images, embeddings or labels."""
+
+    __tablename__ = "archive_revision"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)  # always 1
+    revision: Mapped[int] = mapped_column(BigInteger)
+    updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
+
+
+metadata = Base.metadata

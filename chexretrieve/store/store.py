@@ -1,0 +1,688 @@
+"""The store: images, labels, per-encoder embeddings, ingest runs, anchor-embedding cache.
+
+``open_store(url)`` opens (and migrates) a database and returns a ``Store``. Every write method is
+one transaction (BEGIN IMMEDIATE on SQLite); reads run on WAL snapshots and never wait for a writer.
+Embeddings of different encoders are never mixed: a gallery is always one encoder's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+
+import numpy as np
+import pandas as pd
+from sqlalchemy import Connection, and_, delete, exists, func, insert, select, text, update
+from sqlalchemy.exc import IntegrityError, OperationalError
+
+from chexretrieve.findings import FINDINGS
+from chexretrieve.store import writes
+from chexretrieve.store.config import StoreConfig
+from chexretrieve.store.engine import (
+    WRITER_OPTION,
+    StoreError,
+    create_store_engine,
+    database_label,
+    run_migrations,
+)
+from chexretrieve.store.records import (
+    BatchItem,
+    EncoderRecord,
+    Gallery,
+    ImageFilter,
+    ImageRecord,
+    Outcome,
+    SourceStamp,
+    StoredImage,
+    bytes_to_matrix,
+    matrix_to_bytes,
+)
+from chexretrieve.store.schema import (
+    OUTCOMES,
+    RUN_STATUSES,
+    AnchorEmbedding,
+    ArchiveRevision,
+    Embedding,
+    EncoderRow,
+    Image,
+    IngestOutcome,
+    IngestRun,
+    Label,
+    SourceFile,
+    Study,
+)
+
+#: metadata columns of galleries and image frames, in order
+IMAGE_COLUMNS = (
+    "sop_uid",
+    "study_uid",
+    "series_uid",
+    "patient_id",
+    "patient_sex",
+    "patient_age_years",
+    "study_date",
+    "view_position",
+    "manufacturer",
+    "body_part",
+    "photometric",
+    "modality",
+    "pixel_rows",
+    "pixel_columns",
+    "pixel_spacing_row_mm",
+    "pixel_spacing_col_mm",
+    "transfer_syntax",
+    "source_format",
+    "pixel_sha256",
+    "source_path",
+    "split",
+)
+
+
+def open_store(url: str | None = None, config: StoreConfig | None = None) -> Store:
+    """Open the database at ``url`` (default: ``config.url``), applying pending migrations."""
+    config = config or StoreConfig()
+    if url is not None:
+        config = StoreConfig(**{**config.__dict__, "url": url})
+    return Store(config)
+
+
+class Store:
+    """All database access of chexretrieve goes through this class."""
+
+    def __init__(self, config: StoreConfig) -> None:
+        self.config = config
+        self.engine = create_store_engine(config)
+        try:
+            if config.migrate_on_open:
+                run_migrations(self.engine, config)
+            with self.engine.connect() as conn:
+                conn.execute(select(func.count()).select_from(Image)).scalar_one()
+        except OperationalError as exc:
+            self.engine.dispose()
+            raise StoreError(
+                f"cannot open database {database_label(config.url)}: {exc.orig}; check the URL, "
+                "that the server is running and that the file is a chexretrieve store"
+            ) from None
+        except Exception:
+            self.engine.dispose()
+            raise
+
+    # ------------------------------------------------------------------ plumbing
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    @property
+    def label(self) -> str:
+        """The URL with any password hidden."""
+        return database_label(self.config.url)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def _read(self) -> Iterator[Connection]:
+        with self.engine.connect() as conn, conn.begin():
+            yield conn
+
+    @contextmanager
+    def _write(self) -> Iterator[Connection]:
+        with self.engine.connect() as conn:
+            conn = conn.execution_options(**{WRITER_OPTION: True})
+            with conn.begin():
+                yield conn
+
+    # ------------------------------------------------------------------ encoders
+    def register_encoder(
+        self, encoder_id: str, embed_dim: int, inv_temperature: float, name: str | None = None
+    ) -> EncoderRecord:
+        """Add an encoder (idempotent); ValueError if the id is known with another dimension."""
+        if not encoder_id or embed_dim <= 0:
+            raise ValueError(f"encoder id {encoder_id!r} / dimension {embed_dim} are not valid")
+        with self._write() as conn:
+            row = conn.execute(select(EncoderRow).where(EncoderRow.id == encoder_id)).first()
+            if row is None:
+                conn.execute(
+                    insert(EncoderRow).values(
+                        id=encoder_id,
+                        name=name or encoder_id.split(":", 1)[0],
+                        embed_dim=int(embed_dim),
+                        inv_temperature=float(inv_temperature),
+                        registered_at=writes.utc_now(),
+                    )
+                )
+            elif row.embed_dim != embed_dim:
+                raise ValueError(
+                    f"encoder {encoder_id!r} is stored with dimension {row.embed_dim}, not "
+                    f"{embed_dim}; the same encoder id must always mean the same model"
+                )
+        return self.encoder(encoder_id)  # type: ignore[return-value]
+
+    def encoder(self, encoder_id: str) -> EncoderRecord | None:
+        with self._read() as conn:
+            row = conn.execute(select(EncoderRow).where(EncoderRow.id == encoder_id)).first()
+        if row is None:
+            return None
+        return EncoderRecord(row.id, row.name, row.embed_dim, row.inv_temperature)
+
+    def encoders(self) -> list[EncoderRecord]:
+        with self._read() as conn:
+            rows = conn.execute(select(EncoderRow).order_by(EncoderRow.id)).all()
+        return [EncoderRecord(r.id, r.name, r.embed_dim, r.inv_temperature) for r in rows]
+
+    def _require_encoder(self, encoder_id: str) -> EncoderRecord:
+        record = self.encoder(encoder_id)
+        if record is None:
+            known = ", ".join(e.encoder_id for e in self.encoders()) or "none"
+            raise ValueError(
+                f"encoder {encoder_id!r} is not in the store (known: {known}); ingest with it "
+                "first or call register_encoder"
+            )
+        return record
+
+    # ------------------------------------------------------------------ images: writes
+    def write_batch(
+        self,
+        encoder_id: str,
+        items: Sequence[BatchItem],
+        run_id: int | None = None,
+        extra_outcomes: Sequence[Outcome] = (),
+    ) -> list[Outcome]:
+        """Store a batch of files in ONE transaction and return one Outcome per item.
+
+        New images get their row, embedding, labels and source stamp together; an image already
+        stored with the same pixels is 'already-present' (or 'embedded' when only this encoder's
+        embedding was missing); the same SOPInstanceUID with other pixels is a 'conflict' and the
+        stored image is kept. With ``run_id`` the outcomes (and ``extra_outcomes``, e.g. rejected
+        files) are recorded in the same transaction.
+        """
+        encoder = self._require_encoder(encoder_id)
+        for attempt in range(3):
+            try:
+                with self._write() as conn:
+                    outcomes = writes.write_items(
+                        conn,
+                        run_id=run_id,
+                        encoder_id=encoder_id,
+                        dim=encoder.embed_dim,
+                        items=items,
+                    )
+                    if run_id is not None:
+                        writes.record_outcomes(conn, run_id, [*outcomes, *extra_outcomes])
+                return outcomes
+            except IntegrityError:
+                # a concurrent writer (PostgreSQL) inserted one of these images first: reclassify
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    def add_image_with_embedding(
+        self,
+        record: ImageRecord,
+        embedding: np.ndarray,
+        encoder_id: str,
+        labels: Mapping[str, float | None] | None = None,
+        run_id: int | None = None,
+        stamp: SourceStamp | None = None,
+    ) -> Outcome:
+        """Image row + embedding + labels in one transaction (see ``write_batch``)."""
+        item = BatchItem(
+            path=record.source_path or record.sop_uid,
+            record=record,
+            embedding=embedding,
+            labels=labels,
+            stamp=stamp,
+        )
+        return self.write_batch(encoder_id, [item], run_id=run_id)[0]
+
+    def set_labels(self, image_id: int, labels: Mapping[str, float | None]) -> bool:
+        """Replace this image's labels for the given findings; True when anything changed."""
+        with self._write() as conn:
+            changed = writes.replace_labels(conn, image_id, labels)
+            if changed:
+                writes.bump_revision(conn)
+        return changed
+
+    # ------------------------------------------------------------------ images: reads
+    def has_image(self, sop_uid: str) -> bool:
+        with self._read() as conn:
+            row = conn.execute(select(Image.id).where(Image.sop_uid == sop_uid)).first()
+        return row is not None
+
+    def find_images(
+        self, sop_uids: Sequence[str], encoder_id: str
+    ) -> dict[str, tuple[int, str, bool]]:
+        """sop_uid -> (image id, pixel sha256, has an embedding for encoder_id), stored only."""
+        with self._read() as conn:
+            found = writes.existing_images(conn, sop_uids)
+            embedded = writes.images_with_embedding(
+                conn, encoder_id, [i for i, _ in found.values()]
+            )
+        return {sop: (i, sha, i in embedded) for sop, (i, sha) in found.items()}
+
+    def unchanged_sources(self, stamps: Sequence[SourceStamp], encoder_id: str) -> dict[str, int]:
+        """path -> image id, for files whose size and mtime match what was stored and whose image
+        has an embedding for ``encoder_id``: they need not be decoded again."""
+        by_key = {writes.path_key(s.path): s for s in stamps}
+        result: dict[str, int] = {}
+        with self._read() as conn:
+            for part in writes.chunks(sorted(by_key)):
+                rows = conn.execute(
+                    select(
+                        SourceFile.path_key,
+                        SourceFile.size_bytes,
+                        SourceFile.mtime_ns,
+                        SourceFile.image_id,
+                    )
+                    .join(
+                        Embedding,
+                        and_(
+                            Embedding.image_id == SourceFile.image_id,
+                            Embedding.encoder_id == encoder_id,
+                        ),
+                    )
+                    .where(SourceFile.path_key.in_(part))
+                )
+                for key, size, mtime, image_id in rows:
+                    stamp = by_key[key]
+                    if stamp.size_bytes == size and stamp.mtime_ns == mtime:
+                        result[stamp.path] = image_id
+        return result
+
+    def _image_select(self):  # noqa: ANN202
+        columns = [Image.id.label("image_id")]
+        for name in IMAGE_COLUMNS:
+            columns.append(Study.study_uid if name == "study_uid" else getattr(Image, name))
+        return select(*columns).join(Study, Study.id == Image.study_id)
+
+    def image_by_id(self, image_id: int) -> StoredImage | None:
+        return self._one_image(Image.id == int(image_id))
+
+    def image_by_sop_uid(self, sop_uid: str) -> StoredImage | None:
+        return self._one_image(Image.sop_uid == sop_uid)
+
+    def _one_image(self, condition) -> StoredImage | None:  # noqa: ANN001
+        stmt = self._image_select().add_columns(Image.run_id, Image.ingested_at).where(condition)
+        with self._read() as conn:
+            row = conn.execute(stmt).first()
+        if row is None:
+            return None
+        return StoredImage(**row._asdict())
+
+    def images_frame(self, filters: ImageFilter | None = None) -> pd.DataFrame:
+        """Metadata of every image (matching ``filters``), indexed by image_id."""
+        stmt = _apply_filters(self._image_select(), filters).order_by(Image.id)
+        with self._read() as conn:
+            rows = conn.execute(stmt).all()
+        frame = _metadata_frame([r._asdict() for r in rows])
+        return _post_filter(frame, filters)
+
+    def gallery(self, encoder_id: str, filters: ImageFilter | None = None) -> Gallery:
+        """(image ids, (n, d) float32 embeddings, metadata) of one encoder, ordered by image id."""
+        encoder = self._require_encoder(encoder_id)
+        stmt = (
+            self._image_select()
+            .add_columns(Embedding.dim, Embedding.vector)
+            .join(Embedding, Embedding.image_id == Image.id)
+            .where(Embedding.encoder_id == encoder_id)
+        )
+        stmt = _apply_filters(stmt, filters).order_by(Image.id)
+        with self._read() as conn:
+            rows = conn.execute(stmt).all()
+        dim = encoder.embed_dim
+        bad = [r.image_id for r in rows if r.dim != dim or len(r.vector) != 4 * dim]
+        if bad:
+            raise StoreError(
+                f"embeddings of images {bad[:5]} do not have encoder {encoder_id}'s dimension "
+                f"{dim}; the store is damaged (run integrity_check)"
+            )
+        vectors = bytes_to_matrix(b"".join(r.vector for r in rows), len(rows), dim)
+        records = [r._asdict() for r in rows]
+        for record in records:
+            del record["dim"], record["vector"]
+        metadata = _metadata_frame(records)
+        keep = _post_filter_mask(metadata, filters)
+        metadata = metadata[keep]
+        vectors = vectors[keep]
+        return Gallery(metadata.index.to_numpy(dtype=np.int64), vectors, metadata)
+
+    def embeddings_for(self, encoder_id: str, image_ids: Sequence[int]) -> np.ndarray:
+        """(len(image_ids), d) embeddings in the given order; ValueError if any is missing."""
+        encoder = self._require_encoder(encoder_id)
+        wanted = [int(i) for i in image_ids]
+        found: dict[int, bytes] = {}
+        with self._read() as conn:
+            for part in writes.chunks(sorted(set(wanted))):
+                rows = conn.execute(
+                    select(Embedding.image_id, Embedding.vector).where(
+                        Embedding.encoder_id == encoder_id, Embedding.image_id.in_(part)
+                    )
+                )
+                found.update({i: v for i, v in rows})
+        missing = [i for i in wanted if i not in found]
+        if missing:
+            raise ValueError(f"images {missing[:10]} have no embedding for encoder {encoder_id}")
+        blob = b"".join(found[i] for i in wanted)
+        return bytes_to_matrix(blob, len(wanted), encoder.embed_dim)
+
+    def labels_frame(self, image_ids: Sequence[int] | None = None) -> pd.DataFrame:
+        """Labels of labelled images: index image_id, one float column per finding in FINDINGS
+        order; 1 / 0 / -1 (uncertain), NaN = blank. Unlabelled images have no row."""
+        stmt = select(Label.image_id, Label.finding, Label.value)
+        with self._read() as conn:
+            rows = conn.execute(stmt).all()
+        frame = pd.DataFrame(rows, columns=["image_id", "finding", "value"])
+        frame["value"] = pd.to_numeric(frame["value"], errors="coerce").astype(float)
+        table = frame.pivot(index="image_id", columns="finding", values="value")
+        table = table.reindex(columns=list(FINDINGS)).astype(float)
+        table.columns.name = None
+        if image_ids is not None:
+            table = table[table.index.isin([int(i) for i in image_ids])]
+        return table.sort_index()
+
+    def count_images(self) -> int:
+        with self._read() as conn:
+            return int(conn.execute(select(func.count()).select_from(Image)).scalar_one())
+
+    def count_embeddings(self, encoder_id: str | None = None) -> int:
+        stmt = select(func.count()).select_from(Embedding)
+        if encoder_id is not None:
+            stmt = stmt.where(Embedding.encoder_id == encoder_id)
+        with self._read() as conn:
+            return int(conn.execute(stmt).scalar_one())
+
+    def archive_revision(self) -> int:
+        """A counter that grows whenever images, embeddings or labels change (cache keys)."""
+        with self._read() as conn:
+            value = conn.execute(select(ArchiveRevision.revision)).scalar()
+        return int(value or 0)
+
+    # ------------------------------------------------------------------ anchor-embedding cache
+    def put_anchor_embeddings(
+        self,
+        anchor_set_id: str,
+        version: str,
+        content_hash: str,
+        encoder_id: str,
+        matrix: np.ndarray,
+    ) -> None:
+        """Cache the (n_sentences, d) text embeddings of one anchor-set version (replaces)."""
+        encoder = self._require_encoder(encoder_id)
+        blob, rows, dim = matrix_to_bytes(matrix)
+        if dim != encoder.embed_dim:
+            raise ValueError(
+                f"anchor embeddings have dimension {dim}; encoder {encoder_id} has "
+                f"{encoder.embed_dim}"
+            )
+        key = _anchor_key(anchor_set_id, str(version), content_hash, encoder_id)
+        with self._write() as conn:
+            conn.execute(delete(AnchorEmbedding).where(key))
+            conn.execute(
+                insert(AnchorEmbedding).values(
+                    anchor_set_id=anchor_set_id,
+                    version=str(version),
+                    content_hash=content_hash,
+                    encoder_id=encoder_id,
+                    n_sentences=rows,
+                    dim=dim,
+                    matrix=blob,
+                    created_at=writes.utc_now(),
+                )
+            )
+
+    def get_anchor_embeddings(
+        self, anchor_set_id: str, version: str, content_hash: str, encoder_id: str
+    ) -> np.ndarray | None:
+        """The cached matrix, or None when this exact (set, version, content, encoder) is absent."""
+        key = _anchor_key(anchor_set_id, str(version), content_hash, encoder_id)
+        with self._read() as conn:
+            row = conn.execute(
+                select(
+                    AnchorEmbedding.n_sentences, AnchorEmbedding.dim, AnchorEmbedding.matrix
+                ).where(key)
+            ).first()
+        if row is None:
+            return None
+        return bytes_to_matrix(row.matrix, row.n_sentences, row.dim)
+
+    def anchor_embeddings_frame(self) -> pd.DataFrame:
+        """One row per cached anchor matrix (no matrices): set id, version, hash, encoder, n, d."""
+        stmt = select(
+            AnchorEmbedding.anchor_set_id,
+            AnchorEmbedding.version,
+            AnchorEmbedding.content_hash,
+            AnchorEmbedding.encoder_id,
+            AnchorEmbedding.n_sentences,
+            AnchorEmbedding.dim,
+            AnchorEmbedding.created_at,
+        ).order_by(AnchorEmbedding.anchor_set_id, AnchorEmbedding.version)
+        with self._read() as conn:
+            rows = conn.execute(stmt).all()
+        return pd.DataFrame([r._asdict() for r in rows], columns=list(stmt.selected_columns.keys()))
+
+    # ------------------------------------------------------------------ ingest runs
+    def start_run(self, encoder_id: str | None, settings: Mapping) -> int:
+        """A new ingest run in status 'running'; runs of this host whose process is gone become
+        'interrupted'."""
+        host, pid = socket.gethostname(), os.getpid()
+        with self._write() as conn:
+            stale = conn.execute(
+                select(IngestRun.id, IngestRun.pid).where(
+                    IngestRun.status == "running", IngestRun.host == host
+                )
+            ).all()
+            dead = [run_id for run_id, run_pid in stale if not _process_alive(run_pid)]
+            if dead:
+                conn.execute(
+                    update(IngestRun).where(IngestRun.id.in_(dead)).values(status="interrupted")
+                )
+            result = conn.execute(
+                insert(IngestRun).values(
+                    started_at=writes.utc_now(),
+                    status="running",
+                    host=host,
+                    pid=pid,
+                    encoder_id=encoder_id,
+                    settings_json=json.dumps(dict(settings), default=str, sort_keys=True),
+                )
+            )
+            return int(result.inserted_primary_key[0])
+
+    def finish_run(self, run_id: int, status: str, counts: Mapping[str, int]) -> None:
+        if status not in RUN_STATUSES:
+            raise ValueError(f"run status {status!r} is not one of {RUN_STATUSES}")
+        with self._write() as conn:
+            conn.execute(
+                update(IngestRun)
+                .where(IngestRun.id == run_id)
+                .values(
+                    status=status,
+                    finished_at=writes.utc_now(),
+                    counts_json=json.dumps(dict(counts), sort_keys=True),
+                )
+            )
+
+    def record_outcome(self, run_id: int, outcome: Outcome) -> None:
+        self.record_outcomes(run_id, [outcome])
+
+    def record_outcomes(self, run_id: int, outcomes: Sequence[Outcome]) -> None:
+        for o in outcomes:
+            if o.outcome not in OUTCOMES:
+                raise ValueError(f"outcome {o.outcome!r} is not one of {OUTCOMES}")
+        with self._write() as conn:
+            writes.record_outcomes(conn, run_id, outcomes)
+
+    def runs_frame(self) -> pd.DataFrame:
+        stmt = select(
+            IngestRun.id,
+            IngestRun.started_at,
+            IngestRun.finished_at,
+            IngestRun.status,
+            IngestRun.encoder_id,
+            IngestRun.counts_json,
+        ).order_by(IngestRun.id)
+        with self._read() as conn:
+            rows = conn.execute(stmt).all()
+        return pd.DataFrame([r._asdict() for r in rows], columns=list(stmt.selected_columns.keys()))
+
+    def outcomes_frame(self, run_id: int | None = None) -> pd.DataFrame:
+        stmt = select(
+            IngestOutcome.run_id,
+            IngestOutcome.path,
+            IngestOutcome.outcome,
+            IngestOutcome.reason,
+            IngestOutcome.detail,
+            IngestOutcome.sop_uid,
+            IngestOutcome.image_id,
+        ).order_by(IngestOutcome.id)
+        if run_id is not None:
+            stmt = stmt.where(IngestOutcome.run_id == run_id)
+        with self._read() as conn:
+            rows = conn.execute(stmt).all()
+        return pd.DataFrame([r._asdict() for r in rows], columns=list(stmt.selected_columns.keys()))
+
+    # ------------------------------------------------------------------ checks
+    def table_counts(self) -> dict[str, int]:
+        tables = {
+            "studies": Study,
+            "images": Image,
+            "embeddings": Embedding,
+            "labels": Label,
+            "encoders": EncoderRow,
+            "ingest_runs": IngestRun,
+            "ingest_outcomes": IngestOutcome,
+            "source_files": SourceFile,
+            "anchor_embeddings": AnchorEmbedding,
+        }
+        with self._read() as conn:
+            return {
+                name: int(conn.execute(select(func.count()).select_from(t)).scalar_one())
+                for name, t in tables.items()
+            }
+
+    def integrity_check(self) -> list[str]:
+        """Problems found (empty list = healthy): the database's own check, foreign keys,
+        images without any embedding, embeddings of the wrong size, duplicate SOP UIDs, unknown
+        findings."""
+        problems: list[str] = []
+        with self._read() as conn:
+            if self.dialect == "sqlite":
+                result = [r[0] for r in conn.exec_driver_sql("PRAGMA integrity_check").all()]
+                if result != ["ok"]:
+                    problems += [f"sqlite integrity_check: {r}" for r in result]
+                for row in conn.exec_driver_sql("PRAGMA foreign_key_check").all():
+                    problems.append(f"foreign key violation: {tuple(row)}")
+            orphans = conn.execute(
+                select(func.count())
+                .select_from(Image)
+                .where(~exists().where(Embedding.image_id == Image.id))
+            ).scalar_one()
+            if orphans:
+                problems.append(f"{orphans} images have no embedding")
+            wrong = conn.execute(
+                select(func.count())
+                .select_from(Embedding)
+                .join(EncoderRow, EncoderRow.id == Embedding.encoder_id)
+                .where(
+                    (Embedding.dim != EncoderRow.embed_dim)
+                    | (func.length(Embedding.vector) != 4 * Embedding.dim)
+                )
+            ).scalar_one()
+            if wrong:
+                problems.append(f"{wrong} embeddings do not match their encoder's dimension")
+            dupes = conn.execute(
+                select(Image.sop_uid).group_by(Image.sop_uid).having(func.count() > 1)
+            ).all()
+            if dupes:
+                problems.append(f"{len(dupes)} SOP Instance UIDs stored more than once")
+            unknown = conn.execute(
+                select(Label.finding).distinct().where(Label.finding.not_in(list(FINDINGS)))
+            ).all()
+            if unknown:
+                problems.append(f"labels for unknown findings: {[r[0] for r in unknown]}")
+        return problems
+
+    def execute_readonly_sql(self, sql: str) -> list[tuple]:
+        """Run one read-only SQL statement (tests and diagnostics)."""
+        with self._read() as conn:
+            return [tuple(r) for r in conn.execute(text(sql)).all()]
+
+
+def _anchor_key(anchor_set_id: str, version: str, content_hash: str, encoder_id: str):  # noqa: ANN202
+    return and_(
+        AnchorEmbedding.anchor_set_id == anchor_set_id,
+        AnchorEmbedding.version == version,
+        AnchorEmbedding.content_hash == content_hash,
+        AnchorEmbedding.encoder_id == encoder_id,
+    )
+
+
+def _process_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _apply_filters(stmt, filters: ImageFilter | None):  # noqa: ANN001, ANN202
+    if filters is None:
+        return stmt
+    if filters.view_positions is not None:
+        wanted = [v.upper() for v in filters.view_positions]
+        stmt = stmt.where(func.upper(Image.view_position).in_(wanted))
+    if filters.sexes is not None:
+        wanted = [s.upper() for s in filters.sexes]
+        stmt = stmt.where(func.upper(Image.patient_sex).in_(wanted))
+    if filters.min_age_years is not None:
+        stmt = stmt.where(Image.patient_age_years >= filters.min_age_years)
+    if filters.max_age_years is not None:
+        stmt = stmt.where(Image.patient_age_years <= filters.max_age_years)
+    if filters.date_from is not None:
+        stmt = stmt.where(Image.study_date >= filters.date_from)
+    if filters.date_to is not None:
+        stmt = stmt.where(Image.study_date <= filters.date_to)
+    if filters.splits is not None:
+        stmt = stmt.where(Image.split.in_(list(filters.splits)))
+    if filters.labelled_for is not None:
+        from chexretrieve.findings import canonical_finding
+
+        finding = canonical_finding(filters.labelled_for)
+        stmt = stmt.where(
+            exists().where(
+                Label.image_id == Image.id, Label.finding == finding, Label.value.is_not(None)
+            )
+        )
+    if filters.exclude_study_uids:
+        stmt = stmt.where(Study.study_uid.not_in(list(filters.exclude_study_uids)))
+    return stmt
+
+
+def _post_filter_mask(frame: pd.DataFrame, filters: ImageFilter | None) -> np.ndarray:
+    if filters is None or filters.image_ids is None:
+        return np.ones(len(frame), dtype=bool)
+    return frame.index.isin([int(i) for i in filters.image_ids])
+
+
+def _post_filter(frame: pd.DataFrame, filters: ImageFilter | None) -> pd.DataFrame:
+    return frame[_post_filter_mask(frame, filters)]
+
+
+def _metadata_frame(records: list[dict]) -> pd.DataFrame:
+    frame = pd.DataFrame(records, columns=["image_id", *IMAGE_COLUMNS])
+    frame["image_id"] = frame["image_id"].astype(np.int64)
+    frame["patient_age_years"] = pd.to_numeric(frame["patient_age_years"]).astype(float)
+    return frame.set_index("image_id")
