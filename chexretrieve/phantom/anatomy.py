@@ -1,0 +1,254 @@
+"""Normal chest anatomy of a phantom: soft tissue, lungs, heart, mediastinum, bones, diaphragm.
+
+Everything is drawn into `Layers` (float32 fields over the frame) that `compose` turns into the
+radiograph. Findings (chexretrieve.phantom.signs) change the `Anatomy` before drawing (heart size,
+mediastinal width, hemidiaphragm height) and draw into the layers afterwards.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from chexretrieve.phantom.canvas import Frame, Window, atlas_index, ramp, vessel_atlas
+
+
+@dataclass
+class Anatomy:
+    """Geometry of one phantom in body coordinates (see chexretrieve.phantom.canvas)."""
+
+    mid_x: float = 0.0  # mediastinum / trachea centre
+    spine_x: float = 0.0  # spinous processes (patient rotation moves them off mid_x)
+    body_half_width: float = 0.9  # torso half width at mid chest
+    soft_density: float = 0.78  # soft-tissue attenuation at the body centre
+    lung_scale: float = 1.0  # thorax width factor
+    lung_top: float = -0.64  # lung apex height
+    dome: tuple[float, float] = (0.42, 0.46)  # hemidiaphragm dome heights (patient right, left)
+    heart_center: tuple[float, float] = (0.12, 0.3)
+    heart_axes: tuple[float, float] = (0.4, 0.27)  # semi-axes along / across the long axis
+    heart_tilt: float = 0.68  # long axis angle (radians, down to the patient's left)
+    mediastinum_widening: float = 1.0  # 1 = normal; > 1 widens the upper mediastinum
+    knob: float = 0.05  # aortic knob bulge
+    rib_spacing: float = 0.105  # vertical spacing of the posterior ribs at the apex
+    rib_phase: float = 0.0  # shifts the rib pattern vertically
+    clavicle_lift: float = 0.0  # AP views project the clavicles higher
+    scapula_overlap: float = 0.0  # AP views project the scapulae over the lungs
+    breast: float = 0.0  # breast shadow density (0 = none)
+    gastric_bubble: float = 0.6  # density of the stomach gas bubble under the left dome
+    vessel_atlas: int = 0  # which pulmonary vessel pattern
+    vessel_density: float = 0.13
+    extra: dict = field(default_factory=dict)
+
+    def side_x(self, side: int, xm: float) -> float:
+        """Body x of the mirrored lateral coordinate xm on a side (-1 patient right, +1 left)."""
+        return self.mid_x + side * xm
+
+
+class Layers:
+    """The fields a phantom is composed from (all float32, frame-sized)."""
+
+    def __init__(self, size: int):
+        shape = (size, size)
+        self.soft = np.zeros(shape, np.float32)  # soft-tissue attenuation
+        self.dense = np.zeros(shape, np.float32)  # bone, solid lesions, pleura (adds)
+        self.lung = np.zeros(shape, np.float32)  # aerated-lung mask (0..1)
+        self.fill = np.zeros(shape, np.float32)  # airspace filling (0 = air, 1 = fluid/tissue)
+        self.markings = np.zeros(shape, np.float32)  # where lung markings show (0 in pneumothorax)
+        self.metal = np.zeros(shape, np.float32)  # devices (near white)
+        self.lucent = np.zeros(shape, np.float32)  # extra air outside the lung (pneumothorax)
+        self.vessels = np.zeros(shape, np.float32)  # pulmonary vessel pattern (0..1)
+        self.lines = np.zeros(shape, np.float32)  # fine bright lines (pleural line, septal lines)
+
+
+def lung_level(anatomy: Anatomy, side: int, X: np.ndarray, Y: np.ndarray, shrink: float = 1.0):
+    """Level function of one lung: < 0 inside, 0 on the border, in units of about the lung size.
+
+    `shrink` < 1 gives the same lung scaled towards the hilum (a collapsed lung)."""
+    s = anatomy.lung_scale
+    xm = side * (X - anatomy.mid_x)
+    hx, hy = 0.2 * s, -0.05
+    if shrink != 1.0:
+        xm = hx + (xm - hx) / shrink
+        Y = hy + (Y - hy) / shrink
+    cx, rx = 0.45 * s, 0.39 * s
+    dome = anatomy.dome[0 if side < 0 else 1]
+    cy = 0.5 * (anatomy.lung_top + dome) + 0.08
+    ry_up, ry_down = cy - anatomy.lung_top, max(dome + 0.12 - cy, 0.2)
+    dy = Y - cy
+    q = dy * dy * np.where(dy < 0, 1.0 / ry_up**2, 1.0 / ry_down**2).astype(np.float32)
+    q = np.where(dy < 0, q, q * q)
+    dx = (xm - cx) * (1.0 / rx)
+    ellipse = dx * dx + q - 1.0
+    dome_curve = dome + 0.75 * (xm - 0.4 * s) ** 2
+    below = (Y - dome_curve) * 4.0
+    return np.maximum(ellipse, below)
+
+
+def heart_mask(anatomy: Anatomy, X: np.ndarray, Y: np.ndarray, edge: float = 0.06) -> np.ndarray:
+    cx, cy = anatomy.heart_center
+    a, b = anatomy.heart_axes
+    c, s = np.cos(anatomy.heart_tilt), np.sin(anatomy.heart_tilt)
+    dx, dy = X - cx, Y - cy
+    u = (c * dx + s * dy) * (1.0 / a)
+    v = (-s * dx + c * dy) * (1.0 / b)
+    return ramp(1.0 - u * u - v * v, edge)
+
+
+def mediastinum_mask(anatomy: Anatomy, win: Window) -> np.ndarray:
+    X, Y = win.X, win.Y
+    bump = np.clip(1.0 - ((Y + 0.36) * (1 / 0.09)) ** 2, 0.0, 1.0)
+    widen = 1.0 + (anatomy.mediastinum_widening - 1.0) * np.clip(
+        1.0 - ((Y + 0.25) * (1 / 0.45)) ** 2, 0.0, 1.0
+    )
+    right = anatomy.mid_x - (0.095 + 0.02 * np.clip(Y + 0.2, 0, 1)) * widen
+    left = anatomy.mid_x + (0.1 + anatomy.knob * bump) * widen
+    return ramp(X - right, 0.02) * ramp(left - X, 0.02) * ramp(0.45 - Y, 0.05)
+
+
+def draw_anatomy(frame: Frame, anatomy: Anatomy, layers: Layers) -> None:
+    """Draw the normal anatomy into the layers."""
+    X, Y = frame.X, frame.Y
+    a = anatomy
+    # torso: neck widening into shoulders, denser towards the centre
+    width = 0.27 + (a.body_half_width - 0.27) * ramp(Y + 0.95, 0.25)
+    rel = X - a.mid_x
+    body = ramp(width - np.abs(rel), 0.03)
+    layers.soft[:] = body * (
+        a.soft_density * (0.72 + 0.28 * np.clip(1.0 - (rel / width) ** 2, 0, 1))
+    )
+    # arms at the upper corners (soft tissue + humeral heads)
+    for side in (-1, 1):
+        win = frame.window(
+            side * 1.5 if side < 0 else 0.75, side * 0.75 if side < 0 else 1.5, -1.4, -0.2
+        )
+        if win is None:
+            continue
+        xm = side * (win.X - a.mid_x)
+        arm = ramp(0.16 - np.abs(xm - (a.body_half_width + 0.12)), 0.03) * ramp(-0.35 - win.Y, 0.1)
+        layers.soft[win.sl] = np.maximum(layers.soft[win.sl], arm * a.soft_density * 0.85)
+        head = ramp(0.016 - ((xm - a.body_half_width - 0.02) ** 2 + (win.Y + 0.8) ** 2), 0.004)
+        layers.dense[win.sl] += head * 0.22
+    # lungs
+    lung = np.zeros_like(X)
+    for side in (-1, 1):
+        level = lung_level(a, side, X, Y)
+        # aerated thickness: thinner at the edges (overlapping chest wall), thick in the middle
+        lung = np.maximum(lung, ramp(-level, 0.05) * (0.6 + 0.4 * ramp(-level, 0.45)))
+    heart = heart_mask(a, X, Y)
+    med_win = frame.window(a.mid_x - 0.5, a.mid_x + 0.5, -1.3, 0.6)
+    med = np.zeros_like(X)
+    if med_win is not None:
+        med[med_win.sl] = mediastinum_mask(a, med_win)
+    lung *= (1.0 - 0.85 * heart) * (1.0 - med)
+    layers.lung[:] = lung
+    layers.markings[:] = lung
+    _draw_trachea(frame, a, layers)
+    _draw_spine(frame, a, layers)
+    _draw_ribs(frame, a, layers)
+    _draw_clavicles(frame, a, layers)
+    if a.breast > 0:
+        for side in (-1, 1):
+            win = frame.window(a.side_x(side, 0.1), a.side_x(side, 1.0), 0.15, 1.1)
+            if win is not None:
+                xm = side * (win.X - a.mid_x)
+                e = ((xm - 0.5) / 0.42) ** 2 + ((win.Y - 0.72) / 0.34) ** 2
+                layers.soft[win.sl] += ramp(1.0 - e, 0.25) * a.breast
+    if a.gastric_bubble > 0:
+        win = frame.window(a.side_x(1, 0.1), a.side_x(1, 0.7), a.dome[1], a.dome[1] + 0.3)
+        if win is not None:
+            xm = win.X - a.mid_x
+            e = ((xm - 0.38) / 0.11) ** 2 + ((win.Y - a.dome[1] - 0.13) / 0.06) ** 2
+            layers.soft[win.sl] -= ramp(1.0 - e, 0.3) * 0.25 * a.gastric_bubble
+    index = atlas_index(frame, frame.size)
+    layers.vessels[:] = np.take(vessel_atlas(frame.size)[a.vessel_atlas].reshape(-1), index)
+
+
+def _draw_trachea(frame: Frame, a: Anatomy, layers: Layers) -> None:
+    win = frame.window(a.mid_x - 0.3, a.mid_x + 0.3, -1.3, 0.0)
+    if win is None:
+        return
+    rel = win.X - a.mid_x
+    trachea = ramp(0.035 - np.abs(rel), 0.012) * ramp(-0.3 - win.Y, 0.03)
+    for side in (-1, 1):
+        # main bronchi: from the carina down and out
+        t = np.clip((win.Y + 0.3) / 0.18, 0.0, 1.0)
+        centre = side * (0.02 + 0.12 * t**0.9)
+        bronchus = ramp(0.022 - np.abs(rel - centre), 0.01) * ramp(win.Y + 0.32, 0.02)
+        bronchus *= ramp(-0.1 - win.Y, 0.03)
+        trachea = np.maximum(trachea, bronchus)
+    layers.lucent[win.sl] += trachea * 0.22
+
+
+def _draw_spine(frame: Frame, a: Anatomy, layers: Layers) -> None:
+    win = frame.window(a.spine_x - 0.12, a.spine_x + 0.12, -1.4, 1.4)
+    if win is None:
+        return
+    rel = np.abs(win.X - a.spine_x)
+    column = ramp(0.075 - rel, 0.02)
+    phase = (win.Y + 1.2) * (1.0 / 0.095)
+    frac = phase - np.floor(phase)
+    body = ramp(frac, 0.12) * ramp(0.82 - frac, 0.12)
+    pedicle = ramp(0.0009 - ((rel - 0.05) ** 2 + ((frac - 0.35) * 0.095) ** 2), 0.0004)
+    layers.dense[win.sl] += column * (0.05 + 0.035 * body) + pedicle * 0.04
+
+
+def _draw_ribs(frame: Frame, a: Anatomy, layers: Layers) -> None:
+    fractures = a.extra.get("rib_fractures", [])
+    for side in (-1, 1):
+        x_lo, x_hi = a.side_x(side, 0.0), a.side_x(side, 1.05 * a.lung_scale)
+        win = frame.window(min(x_lo, x_hi), max(x_lo, x_hi), a.lung_top - 0.12, 0.95)
+        if win is None:
+            continue
+        xm = side * (win.X - a.spine_x)
+        s = a.lung_scale
+        cage = ramp(0.9 * s - xm, 0.04) * ramp(xm - 0.03, 0.03)
+        # posterior ribs: arch up from the spine then down at the lateral wall
+        u = win.Y - (-0.16 * xm + 0.5 * xm * xm) - (a.lung_top - 0.05) - a.rib_phase
+        u = np.maximum(u, -0.2)
+        phase = u * (1.0 / a.rib_spacing) - 0.55 * u * u * (1.0 / a.rib_spacing)
+        for fx, fy, shift, rib_side in fractures:
+            if rib_side != side:
+                continue
+            # a displaced segment lateral to the break, tapering back over 0.2 units
+            along = xm - fx
+            taper = np.clip(1.0 - along / 0.22, 0.0, 1.0) * (along > 0)
+            near = ramp(0.07 - np.abs(win.Y - fy), 0.03)
+            phase = phase + shift * taper * near
+        k = np.floor(phase)
+        frac = phase - k
+        band = ramp(frac, 0.06) * ramp(0.42 - frac, 0.06)
+        cortex = 0.8 + 0.4 * np.abs(frac * (2 / 0.42) - 1.0)
+        valid = (k >= 0) & (k <= 10)
+        posterior = band * cortex * valid * cage
+        for fx, fy, _shift, rib_side in fractures:
+            if rib_side != side:
+                continue
+            gap = ramp(0.012 - np.abs(xm - fx), 0.006) * ramp(0.06 - np.abs(win.Y - fy), 0.02)
+            posterior *= 1.0 - 0.95 * gap
+        # anterior ribs: fainter, sloping down towards the sternum
+        u2 = win.Y + 0.38 * xm - (a.lung_top + 0.12) - a.rib_phase
+        phase2 = u2 * (1.0 / (a.rib_spacing * 1.25))
+        k2 = np.floor(phase2)
+        f2 = phase2 - k2
+        anterior = ramp(f2, 0.1) * ramp(0.4 - f2, 0.1) * (k2 >= 0) * (k2 <= 5)
+        anterior *= ramp(xm - 0.3, 0.1) * cage
+        depth = ramp(a.dome[0 if side < 0 else 1] + 0.25 - win.Y, 0.2)
+        layers.dense[win.sl] += (0.11 * posterior + 0.04 * anterior) * depth
+
+
+def _draw_clavicles(frame: Frame, a: Anatomy, layers: Layers) -> None:
+    for side in (-1, 1):
+        x_lo, x_hi = a.side_x(side, 0.0), a.side_x(side, 0.75)
+        win = frame.window(min(x_lo, x_hi), max(x_lo, x_hi), -1.0, -0.4)
+        if win is None:
+            continue
+        xm = side * (win.X - a.spine_x)
+        centre = -0.64 - a.clavicle_lift - 0.2 * xm + 0.12 * xm * xm * (1 - a.clavicle_lift * 4)
+        dist = np.abs(win.Y - centre)
+        clav = ramp(0.032 - dist, 0.012) * ramp(xm - 0.06, 0.03) * ramp(0.68 - xm, 0.05)
+        layers.dense[win.sl] += clav * (0.13 + 0.05 * ramp(dist - 0.015, 0.01))
+        if a.scapula_overlap > 0:
+            edge = 0.62 + 0.25 * (win.Y + 0.6)
+            scap = ramp(xm - edge, 0.03) * ramp(-0.05 - win.Y, 0.15) * ramp(win.Y + 0.75, 0.1)
+            layers.dense[win.sl] += scap * 0.05 * a.scapula_overlap
