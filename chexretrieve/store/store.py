@@ -16,7 +16,7 @@ from contextlib import contextmanager
 import numpy as np
 import pandas as pd
 from sqlalchemy import Connection, and_, delete, exists, func, insert, select, text, update
-from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.exc import DatabaseError, IntegrityError
 
 from chexretrieve.findings import FINDINGS
 from chexretrieve.store import writes
@@ -100,7 +100,7 @@ class Store:
                 run_migrations(self.engine, config)
             with self.engine.connect() as conn:
                 conn.execute(select(func.count()).select_from(Image)).scalar_one()
-        except OperationalError as exc:
+        except DatabaseError as exc:
             self.engine.dispose()
             raise StoreError(
                 f"cannot open database {database_label(config.url)}: {exc.orig}; check the URL, "
