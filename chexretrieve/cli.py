@@ -1,8 +1,8 @@
 """The `chexretrieve` command line: builds config dataclasses and calls library code.
 
 Each command group lives beside the code it drives (``chexretrieve/<package>/commands.py``) and is
-registered here. Heavy imports (torch, pydicom, gradio) happen inside the commands, so ``--help`` and
-``--version`` stay fast.
+registered here. Heavy imports (torch, pydicom, gradio) happen inside the commands, so
+``--help`` and ``--version`` stay fast.
 """
 
 from __future__ import annotations
@@ -29,7 +29,11 @@ def _show_version(value: bool) -> None:
 @app.callback()
 def _root(
     version: bool = typer.Option(
-        False, "--version", callback=_show_version, is_eager=True, help="Print the version and exit."
+        False,
+        "--version",
+        callback=_show_version,
+        is_eager=True,
+        help="Print the version and exit.",
     ),
 ) -> None:
     """Finding-specific chest X-ray case retrieval."""
@@ -41,6 +45,11 @@ def demo_command() -> None:
     from chexretrieve.demo import run_demo
 
     run_demo()
+
+
+from chexretrieve.search.commands import search_command  # noqa: E402
+
+app.command("search")(search_command)
 
 
 def main() -> None:

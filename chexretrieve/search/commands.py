@@ -1,0 +1,146 @@
+"""`chexretrieve search`: one search from the command line (table or JSON)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import typer
+
+from chexretrieve.search.features import GEOMETRY_CHOICES
+
+
+def _date(value: str | None, option: str) -> dt.date | None:
+    if not value:
+        return None
+    try:
+        return dt.date.fromisoformat(value)
+    except ValueError:
+        raise typer.BadParameter(
+            f"{option} must be a date like 2024-03-31, not {value!r}"
+        ) from None
+
+
+def search_command(
+    finding: str = typer.Option(..., "--finding", "-f", help="Finding that defines similarity."),
+    case: int | None = typer.Option(None, "--case", help="Archived image id to query by."),
+    image: Path | None = typer.Option(
+        None, "--image", exists=True, dir_okay=False, help="DICOM / PNG / JPEG to query by."
+    ),
+    db: str | None = typer.Option(None, "--db", help="Store URL (default: the demo SQLite file)."),
+    encoder: str = typer.Option("phantom", "--encoder", help="Encoder spec of the archive."),
+    geometry: str = typer.Option(
+        "softmax", "--geometry", "-g", help=f"One of: {', '.join(GEOMETRY_CHOICES)}."
+    ),
+    anchor_set: str | None = typer.Option(
+        None, "--anchor-set", help="Anchor set id@version (default: the finding's latest)."
+    ),
+    top_k: int = typer.Option(10, "--top-k", "-k", help="Results to return."),
+    text: str | None = typer.Option(None, "--text", help="Free text combined with the image."),
+    view: list[str] = typer.Option([], "--view", help="Keep these views (repeatable)."),
+    sex: str | None = typer.Option(None, "--sex", help="Keep M, F or O."),
+    age_min: float | None = typer.Option(None, "--age-min"),
+    age_max: float | None = typer.Option(None, "--age-max"),
+    date_from: str | None = typer.Option(None, "--date-from", help="YYYY-MM-DD"),
+    date_to: str | None = typer.Option(None, "--date-to", help="YYYY-MM-DD"),
+    label_known: bool = typer.Option(False, "--label-known", help="Only labelled results."),
+    explain: bool = typer.Option(False, "--explain", help="Show the anchor explanation."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+) -> None:
+    """Find archived cases similar to a query case or image with respect to one finding."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from chexretrieve.search.application import open_search_service
+    from chexretrieve.search.gallery import SearchFilters
+    from chexretrieve.search.service import SearchRequest
+
+    console = Console(stderr=True)
+    if (case is None) == (image is None):
+        raise typer.BadParameter("give exactly one of --case ID or --image FILE")
+    try:
+        filters = SearchFilters(
+            views=tuple(view),
+            sex=sex,
+            age_min=age_min,
+            age_max=age_max,
+            date_from=_date(date_from, "--date-from"),
+            date_to=_date(date_to, "--date-to"),
+            label_known=label_known,
+        )
+        service = open_search_service(db, encoder)
+        pixels = None
+        if image is not None:
+            from chexretrieve.dicom import read_radiograph
+
+            pixels = read_radiograph(image).pixels
+        result = service.search(
+            SearchRequest(
+                finding=finding,
+                geometry=geometry,
+                case_id=case,
+                image=pixels,
+                text=text,
+                anchor_set=anchor_set,
+                top_k=top_k,
+                filters=filters,
+                explain=explain,
+            )
+        )
+    except ValueError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+
+    if as_json:
+        typer.echo(json.dumps(result_as_dict(result), indent=2, default=str))
+        return
+    table = Table(
+        title=f"{result.finding} · {result.geometry} · anchors {result.anchor_set} · "
+        f"{result.candidates} candidates"
+    )
+    for column in ("rank", "case", "score", "view", "sex", "age", "date", f"{result.finding}"):
+        table.add_column(column)
+    for hit in result.hits:
+        m = hit.metadata
+        label = hit.labels.get(result.finding)
+        table.add_row(
+            str(hit.rank),
+            str(hit.image_id),
+            f"{hit.score:.4f}",
+            str(m.get("view_position") or ""),
+            str(m.get("patient_sex") or ""),
+            "" if m.get("patient_age_years") is None else f"{m['patient_age_years']:.0f}",
+            str(m.get("study_date") or ""),
+            {1.0: "positive", 0.0: "negative", -1.0: "uncertain"}.get(label, "unknown"),
+        )
+    Console().print(table)
+    if explain:
+        for hit in result.hits:
+            Console().print(f"\n[bold]case {hit.image_id}[/bold]\n{hit.explanation.as_text()}")
+
+
+#: metadata fields shown to users and in JSON output (no names or patient ids: PHI-minimal)
+PUBLIC_FIELDS = ("view_position", "patient_sex", "patient_age_years", "study_date", "split")
+
+
+def result_as_dict(result) -> dict:
+    """A JSON-ready, PHI-minimal view of a SearchResult."""
+    return {
+        "finding": result.finding,
+        "geometry": result.geometry,
+        "anchor_set": result.anchor_set,
+        "encoder_id": result.encoder_id,
+        "candidates": result.candidates,
+        "hits": [
+            {
+                "rank": h.rank,
+                "case": h.image_id,
+                "score": h.score,
+                "metadata": {k: h.metadata.get(k) for k in PUBLIC_FIELDS},
+                "labels": h.labels,
+                **({"explanation": h.explanation.as_text()} if h.explanation is not None else {}),
+            }
+            for h in result.hits
+        ],
+    }

@@ -1,0 +1,30 @@
+"""Settings of the search service (built by the CLI and the UI; never from CLI namespaces)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    # results returned when a request does not say
+    default_top_k: int = 10
+    # the most results one request may ask for
+    max_top_k: int = 200
+    # folder for persisted gallery features; None = $XDG_CACHE_HOME/chexretrieve/features
+    feature_cache_dir: Path | None = None
+    # fitted geometries / gallery feature blocks kept in memory (least recently used dropped)
+    memory_cache_entries: int = 16
+    # query rows scored per matrix product (bounds temporary memory for large galleries)
+    query_batch: int = 256
+    # seed for the geometries that are fitted by EM (gmm, movmf)
+    fit_seed: int = 0
+    # composite query: weight of the free-text embedding mixed into the image embedding (0..1)
+    text_weight: float = 0.3
+    # relevance feedback: weight of the mean similarity to results marked relevant
+    feedback_relevant_weight: float = 0.75
+    # relevance feedback: weight of the mean similarity to results marked not relevant
+    feedback_irrelevant_weight: float = 0.25
+    # explanation: anchor sentences listed per result
+    explanation_anchors: int = 5

@@ -1,0 +1,146 @@
+"""Fitted geometries and gallery features, computed once and kept in memory and on disk.
+
+A gallery's features depend on the encoder, the archive, the anchor set version and the geometry
+(and, for posterior geometries, the broad prior). The cache key hashes all of them, so any change of
+archive or anchor set makes a new key: stale features are never served.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+#: every kind a request may name; "<kind>_posterior" adapts the kind from the broad prior
+BASE_GEOMETRIES = (
+    "cosine",
+    "iti",
+    "softmax",
+    "gaussian",
+    "latent_gaussian",
+    "latent_spherical",
+    "gmm",
+    "movmf",
+)
+POSTERIOR_GEOMETRIES = ("gaussian", "latent_gaussian", "latent_spherical", "gmm")
+GEOMETRY_CHOICES = BASE_GEOMETRIES + tuple(f"{k}_posterior" for k in POSTERIOR_GEOMETRIES)
+
+
+@dataclass(frozen=True)
+class GeometrySpec:
+    # geometry kind passed to fit_geometry
+    kind: str
+    # whether the model is adapted from the broad prior
+    posterior: bool
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind}_posterior" if self.posterior else self.kind
+
+
+def parse_geometry(name: str) -> GeometrySpec:
+    """'softmax' -> softmax; 'gaussian_posterior' -> adapted Gaussian; anything else: ValueError."""
+    key = name.strip().lower().replace("-", "_")
+    if key not in GEOMETRY_CHOICES:
+        raise ValueError(f"unknown geometry {name!r}; choose one of: {', '.join(GEOMETRY_CHOICES)}")
+    if key.endswith("_posterior"):
+        return GeometrySpec(key[: -len("_posterior")], True)
+    return GeometrySpec(key, False)
+
+
+def _digest(*parts: object) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(repr(part).encode())
+        h.update(b"\x00")
+    return h.hexdigest()[:24]
+
+
+class FeatureCache:
+    """LRU memory cache of fitted geometries and gallery features, backed by .npy files."""
+
+    def __init__(self, folder: Path | None, entries: int):
+        self.folder = folder
+        self.entries = max(1, entries)
+        self._memory: OrderedDict[str, object] = OrderedDict()
+        self.computed = 0  # gallery feature blocks computed (not loaded): tests and logs read it
+
+    def _remember(self, key: str, value: object) -> None:
+        self._memory[key] = value
+        self._memory.move_to_end(key)
+        while len(self._memory) > self.entries:
+            self._memory.popitem(last=False)
+
+    def geometry(
+        self,
+        spec: GeometrySpec,
+        anchors: np.ndarray | None,
+        anchors_hash: str,
+        inv_temperature: float,
+        prior: Callable[[], tuple[str, np.ndarray]] | None,
+        seed: int,
+    ):
+        """The fitted geometry (fitting is deterministic for the seed, so only memory-cached)."""
+        prior_hash, prior_matrix = ("", None)
+        if spec.posterior:
+            if prior is None:
+                raise ValueError(
+                    f"geometry {spec.name!r} needs the broad clinical prior, which is not available"
+                )
+            prior_hash, prior_matrix = prior()
+        key = "geom:" + _digest(spec.name, anchors_hash, float(inv_temperature), prior_hash, seed)
+        if key in self._memory:
+            self._memory.move_to_end(key)
+            return self._memory[key], key
+        from chexretrieve.geometry import fit_geometry
+
+        options = {"seed": seed} if spec.kind in ("gmm", "movmf") else {}
+        geom = fit_geometry(
+            spec.kind,
+            None if spec.kind == "cosine" else anchors,
+            inv_temperature=inv_temperature,
+            prior=prior_matrix,
+            **options,
+        )
+        self._remember(key, geom)
+        return geom, key
+
+    def gallery_features(self, geometry, geometry_key: str, fingerprint: str, embeddings):
+        """Features of every gallery row under the geometry: memory, then disk, then computed."""
+        key = "feat:" + _digest(geometry_key, fingerprint)
+        if key in self._memory:
+            self._memory.move_to_end(key)
+            return self._memory[key]
+        path = self.folder / f"{key[5:]}.npy" if self.folder else None
+        features = None
+        if path is not None and path.exists():
+            try:
+                loaded = np.load(path, mmap_mode=None, allow_pickle=False)
+                if loaded.shape == (len(embeddings), geometry.feature_dim):
+                    features = loaded
+            except (OSError, ValueError):
+                features = None  # a damaged cache file is recomputed and replaced
+        if features is None:
+            features = geometry.features(np.asarray(embeddings, dtype=np.float32))
+            self.computed += 1
+            if path is not None:
+                _save_atomically(path, features)
+        self._remember(key, features)
+        return features
+
+
+def _save_atomically(path: Path, array: np.ndarray) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}.npy")
+    np.save(tmp, array, allow_pickle=False)
+    os.replace(tmp, path)
+
+
+def default_cache_folder() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "chexretrieve" / "features"

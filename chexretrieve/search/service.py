@@ -1,0 +1,296 @@
+"""The search service: query by case or image, for one finding, under one geometry.
+
+No UI code here: the CLI and the Gradio app both call ``SearchService.search``.
+
+Composite query: with free text, the query embedding is the normalised mix
+(1 − w)·λ_image + w·t_text (w = ``SearchConfig.text_weight``).
+Relevance feedback: the score of key k becomes
+s(q, k) + β · mean_{r ∈ relevant} s(r, k) − γ · mean_{n ∈ not relevant} s(n, k),
+under the same geometry (a Rocchio update; every geometry's score is linear in the query vector, so
+this is the score of the Rocchio-moved query, computed from cached features alone).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from chexretrieve.findings import canonical_finding
+from chexretrieve.search.config import SearchConfig
+from chexretrieve.search.explain import Explanation, explain_pair
+from chexretrieve.search.features import (
+    FeatureCache,
+    GeometrySpec,
+    default_cache_folder,
+    parse_geometry,
+)
+from chexretrieve.search.gallery import Gallery, SearchFilters, filter_mask
+
+
+@dataclass(frozen=True)
+class AnchorSetRef:
+    # "id@version" of the anchor set
+    key: str
+    # content hash of the set (changes with every edit)
+    content_hash: str
+    # the sentences, in the order of the embedding rows
+    sentences: tuple[str, ...]
+    # (N, d) unit text embeddings of the sentences under the service's encoder
+    embeddings: np.ndarray
+
+
+class AnchorProvider(Protocol):
+    def anchor_set(self, finding: str, key: str | None) -> AnchorSetRef:
+        """The finding's anchor set (``key`` = "id@version", None = latest), embedded."""
+        ...
+
+    def broad_prior(self) -> tuple[str, np.ndarray]:
+        """(content hash, (M, d) embeddings) of the broad clinical prior corpus."""
+        ...
+
+
+@dataclass(frozen=True)
+class SearchRequest:
+    # the finding that defines similarity (a CheXpert name)
+    finding: str
+    # geometry name (see chexretrieve.search.features.GEOMETRY_CHOICES)
+    geometry: str = "softmax"
+    # archived case (image id) to query by; exactly one of case_id / image_embedding / image
+    case_id: int | None = None
+    # an already computed unit embedding of an uploaded image
+    image_embedding: np.ndarray | None = None
+    # decoded pixels of an uploaded image (2-D float32 in [0, 1]); embedded on the fly
+    image: np.ndarray | None = None
+    # optional free text combined with the image (composite query)
+    text: str | None = None
+    # anchor set "id@version"; None = the finding's latest set
+    anchor_set: str | None = None
+    # results wanted; None = SearchConfig.default_top_k
+    top_k: int | None = None
+    # metadata filters
+    filters: SearchFilters = field(default_factory=SearchFilters)
+    # image ids the user marked relevant (relevance feedback)
+    relevant: tuple[int, ...] = ()
+    # image ids the user marked not relevant (relevance feedback)
+    not_relevant: tuple[int, ...] = ()
+    # attach an anchor explanation to every hit
+    explain: bool = False
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    rank: int
+    image_id: int
+    score: float
+    metadata: dict
+    labels: dict
+    explanation: Explanation | None = None
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    finding: str
+    geometry: str
+    anchor_set: str
+    encoder_id: str
+    hits: tuple[SearchHit, ...]
+    candidates: int  # gallery rows that passed the filters
+
+
+class SearchService:
+    """Searches one encoder's gallery; cheap to call repeatedly (features are cached)."""
+
+    def __init__(
+        self,
+        gallery: Callable[[], Gallery],
+        anchors: AnchorProvider,
+        encoder=None,
+        config: SearchConfig | None = None,
+    ):
+        self.config = config or SearchConfig()
+        self._load_gallery = gallery
+        self._gallery: Gallery | None = None
+        self.anchors = anchors
+        self.encoder = encoder
+        folder = self.config.feature_cache_dir or default_cache_folder()
+        self.cache = FeatureCache(folder, self.config.memory_cache_entries)
+
+    # ----------------------------------------------------------------------------- gallery
+    @property
+    def gallery(self) -> Gallery:
+        if self._gallery is None:
+            self._gallery = self._load_gallery()
+        return self._gallery
+
+    def refresh(self) -> None:
+        """Reload the gallery (after an ingest); features recompute only if the archive changed."""
+        self._gallery = None
+
+    @property
+    def inv_temperature(self) -> float:
+        if self.encoder is not None:
+            return float(self.encoder.inv_temperature)
+        return 100.0
+
+    # ------------------------------------------------------------------------------ search
+    def search(self, request: SearchRequest) -> SearchResult:
+        finding = canonical_finding(request.finding)
+        spec = parse_geometry(request.geometry)
+        top_k = self._top_k(request.top_k)
+        gallery = self.gallery
+        query, own_row = self._query_embedding(request, gallery)
+        anchor_set = self.anchors.anchor_set(finding, request.anchor_set)
+        geometry, features = self._features(spec, anchor_set, gallery)
+        scores = self._scores(geometry, features, query, request, gallery)
+
+        mask = filter_mask(gallery, request.filters, finding)
+        if own_row is not None:
+            study = gallery.metadata["study_uid"].iloc[own_row]
+            mask &= (gallery.metadata["study_uid"] != study).to_numpy()
+            mask[own_row] = False
+        candidates = int(mask.sum())
+        scores = np.where(mask, scores, -np.inf)
+        k = min(top_k, candidates)
+        if k == 0:
+            rows = np.empty(0, dtype=np.int64)
+        else:
+            part = np.argpartition(-scores, k - 1)[:k]
+            rows = part[np.lexsort((gallery.image_ids[part], -scores[part]))]
+        hits = tuple(
+            self._hit(rank, row, scores[row], gallery, finding, query, anchor_set, request.explain)
+            for rank, row in enumerate(rows, start=1)
+        )
+        return SearchResult(
+            finding=finding,
+            geometry=spec.name,
+            anchor_set=anchor_set.key,
+            encoder_id=gallery.encoder_id,
+            hits=hits,
+            candidates=candidates,
+        )
+
+    def explain(self, request: SearchRequest, result_id: int) -> Explanation:
+        """Explain why ``result_id`` is close to the request's query for its finding."""
+        gallery = self.gallery
+        query, _ = self._query_embedding(request, gallery)
+        anchor_set = self.anchors.anchor_set(canonical_finding(request.finding), request.anchor_set)
+        other = gallery.embeddings[gallery.row_of(result_id)]
+        return explain_pair(
+            query,
+            other,
+            anchor_set.embeddings,
+            anchor_set.sentences,
+            self.inv_temperature,
+            self.config.explanation_anchors,
+        )
+
+    # ----------------------------------------------------------------------------- helpers
+    def _top_k(self, top_k: int | None) -> int:
+        k = self.config.default_top_k if top_k is None else int(top_k)
+        if not 1 <= k <= self.config.max_top_k:
+            raise ValueError(f"top_k must be between 1 and {self.config.max_top_k}, not {k}")
+        return k
+
+    def _query_embedding(
+        self, request: SearchRequest, gallery: Gallery
+    ) -> tuple[np.ndarray, int | None]:
+        given = [
+            request.case_id is not None,
+            request.image_embedding is not None,
+            request.image is not None,
+        ]
+        if sum(given) != 1:
+            raise ValueError("give exactly one query: an archived case id or an uploaded image")
+        own_row = None
+        if request.case_id is not None:
+            own_row = gallery.row_of(request.case_id)
+            query = gallery.embeddings[own_row].astype(np.float64)
+        elif request.image_embedding is not None:
+            query = np.asarray(request.image_embedding, dtype=np.float64).reshape(-1)
+        else:
+            query = self._encoder("an uploaded image").embed_images([request.image])[0]
+            query = query.astype(np.float64)
+        if query.shape != (gallery.dim,):
+            raise ValueError(
+                f"query embedding has {query.shape[0]} dimensions but the archive's encoder "
+                f"{gallery.encoder_id!r} has {gallery.dim}; embed it with the same encoder"
+            )
+        if request.text:
+            text = self._encoder("free text").embed_texts([request.text])[0].astype(np.float64)
+            w = self.config.text_weight
+            query = (1.0 - w) * query + w * text
+        norm = np.linalg.norm(query)
+        if not np.isfinite(norm) or norm == 0:
+            raise ValueError("the query embedding is zero or not finite; check the input image")
+        return query / norm, own_row
+
+    def _encoder(self, what: str):
+        if self.encoder is None:
+            raise ValueError(f"searching by {what} needs an encoder; start the service with one")
+        return self.encoder
+
+    def _features(self, spec: GeometrySpec, anchor_set: AnchorSetRef, gallery: Gallery):
+        geometry, key = self.cache.geometry(
+            spec,
+            anchor_set.embeddings,
+            anchor_set.content_hash,
+            self.inv_temperature,
+            self.anchors.broad_prior if spec.posterior else None,
+            self.config.fit_seed,
+        )
+        features = self.cache.gallery_features(
+            geometry, key, gallery.fingerprint, gallery.embeddings
+        )
+        return geometry, features
+
+    def _scores(self, geometry, features, query, request: SearchRequest, gallery: Gallery):
+        fq = geometry.features(query[None, :].astype(np.float32))
+        scores = geometry.score(fq, features)[0].astype(np.float64)
+        for ids, weight in (
+            (request.relevant, self.config.feedback_relevant_weight),
+            (request.not_relevant, -self.config.feedback_irrelevant_weight),
+        ):
+            if ids:
+                rows = [gallery.row_of(i) for i in ids]
+                scores += weight * _mean_scores(geometry, features[rows], features)
+        return scores
+
+    def _hit(self, rank, row, score, gallery, finding, query, anchor_set, explain) -> SearchHit:
+        meta = gallery.metadata.iloc[row].to_dict()
+        labels = {k: _label(v) for k, v in gallery.labels.iloc[row].to_dict().items()}
+        explanation = None
+        if explain:
+            explanation = explain_pair(
+                query,
+                gallery.embeddings[row],
+                anchor_set.embeddings,
+                anchor_set.sentences,
+                self.inv_temperature,
+                self.config.explanation_anchors,
+            )
+        return SearchHit(
+            rank=rank,
+            image_id=int(gallery.image_ids[row]),
+            score=float(score),
+            metadata=meta,
+            labels=labels,
+            explanation=explanation,
+        )
+
+
+def _mean_scores(geometry, fr: np.ndarray, fk: np.ndarray) -> np.ndarray:
+    """Mean over the rows of fr of their scores against every key (one matrix product)."""
+    qv = geometry.query_vectors(fr).astype(np.float64).mean(axis=0)
+    offset = float(geometry.query_offsets(fr).astype(np.float64).mean())
+    return fk.astype(np.float64) @ qv + offset
+
+
+def _label(value) -> float | None:
+    return None if value is None or (isinstance(value, float) and np.isnan(value)) else float(value)
+
+
+def top_ids(result: SearchResult) -> Sequence[int]:
+    return [h.image_id for h in result.hits]

@@ -1,0 +1,81 @@
+"""Where the search service gets its gallery and anchors in the application: the store + files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from chexretrieve.anchors import AnchorSet, find_anchor_sets, latest_anchor_set
+from chexretrieve.findings import canonical_finding
+from chexretrieve.search.gallery import Gallery
+from chexretrieve.search.service import AnchorSetRef
+
+#: the broad clinical-text corpus that posterior geometries use as their prior
+BROAD_PRIOR_CONTEXT = "broad/clinical"
+
+
+def gallery_from_store(store, encoder_id: str) -> Gallery:
+    """The archive of one encoder, with labels (NaN where unknown), ready for search."""
+    stored = store.gallery(encoder_id)
+    labels = store.labels_frame(stored.image_ids).reindex(stored.image_ids)
+    return Gallery(
+        encoder_id=encoder_id,
+        image_ids=np.asarray(stored.image_ids, dtype=np.int64),
+        embeddings=np.ascontiguousarray(stored.vectors, dtype=np.float32),
+        metadata=stored.metadata,
+        labels=labels,
+    )
+
+
+class StoreAnchorProvider:
+    """Anchor sets from the versioned files, embedded once per (version, encoder) in the store."""
+
+    def __init__(self, store, encoder, root: Path | None = None):
+        self.store = store
+        self.encoder = encoder
+        self.root = root
+        self._memory: dict[tuple[str, str], np.ndarray] = {}
+
+    def resolve(self, finding: str, key: str | None) -> AnchorSet:
+        finding = canonical_finding(finding)
+        if key is None:
+            return latest_anchor_set(finding, root=self.root)
+        for anchor_set in find_anchor_sets(self.root, finding=finding):
+            if anchor_set.key == key:
+                return anchor_set
+        known = ", ".join(s.key for s in find_anchor_sets(self.root, finding=finding)) or "none"
+        raise ValueError(f"no anchor set {key!r} for {finding} (available: {known})")
+
+    def embed(self, anchor_set: AnchorSet) -> np.ndarray:
+        cache_key = (anchor_set.key, anchor_set.content_hash)
+        if cache_key in self._memory:
+            return self._memory[cache_key]
+        encoder_id = self.encoder.encoder_id
+        version = str(anchor_set.version)
+        matrix = self.store.get_anchor_embeddings(
+            anchor_set.id, version, anchor_set.content_hash, encoder_id
+        )
+        if matrix is None:
+            matrix = np.asarray(self.encoder.embed_texts(list(anchor_set.sentences)), np.float32)
+            self.store.register_encoder(
+                encoder_id, self.encoder.embed_dim, self.encoder.inv_temperature
+            )
+            self.store.put_anchor_embeddings(
+                anchor_set.id, version, anchor_set.content_hash, encoder_id, matrix
+            )
+        self._memory[cache_key] = matrix
+        return matrix
+
+    def anchor_set(self, finding: str, key: str | None) -> AnchorSetRef:
+        anchor_set = self.resolve(finding, key)
+        return AnchorSetRef(
+            key=anchor_set.key,
+            content_hash=anchor_set.content_hash,
+            sentences=tuple(anchor_set.sentences),
+            embeddings=self.embed(anchor_set),
+        )
+
+    def broad_prior(self) -> tuple[str, np.ndarray]:
+        anchor_set = latest_anchor_set(BROAD_PRIOR_CONTEXT, root=self.root)
+        return anchor_set.content_hash, self.embed(anchor_set)
