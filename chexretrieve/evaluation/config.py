@@ -115,8 +115,10 @@ class MixingConfig:
     weights: tuple[float, ...] = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
     # findings whose anchors are mixed (each gets its own curve pair)
     findings: tuple[str, ...] = ("Pleural Effusion", "Cardiomegaly")
-    # name of the nuisance anchor set (anchors/nuisance/<name>...) and of its label column
-    nuisance: str = "projection"
+    # context of the nuisance anchor set under anchors/ (e.g. "nuisance/projection-habitus")
+    nuisance: str = "nuisance/projection-habitus"
+    # label column of the nuisance coordinate; relevance = same value as the query (e.g. AP vs PA)
+    nuisance_label: str = "AP/PA"
     # geometry of the mixture (softmax uses per-anchor weights)
     geometry: str = "softmax"
 

@@ -1,0 +1,352 @@
+"""Write an evaluation report folder: CSV tables, PNG figures, report.md and a self-contained HTML.
+
+Layout of ``OUT/``::
+
+    report.md  report.html  manifest.json
+    tables/    data.csv  auprc.csv  differences.csv  table2.csv  table3.csv  auprc_wide.csv
+               mixing.csv  budget.csv  posterior.csv  runtime.csv  (those that were run)
+    per_query_ap.csv.gz     every (finding, checkpoint, variant, geometry, query) AP
+    figures/   *.png        (also embedded in report.html as base64)
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as _dt
+import html
+import json
+from dataclasses import asdict, dataclass, field, is_dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from chexretrieve.evaluation import figures as F
+from chexretrieve.evaluation.runner import RetrievalRun
+from chexretrieve.evaluation.runtime import runtime_table
+from chexretrieve.evaluation.tables import auprc_wide, difference_wide, to_html, to_markdown
+
+PROTOCOL_NOTE = (
+    "Keys are the key-split images with the finding's uncertain labels handled by `uncertain_as` "
+    "(default: dropped) and blanks by `blank_as` (default: negative); queries are the query-split "
+    "images labelled positive; a key is relevant when it is positive. AUPRC is the average "
+    "precision "
+    "of each query's ranked key list (scikit-learn's definition, ties included), averaged over "
+    "queries."
+)
+INTERVAL_NOTE = (
+    "Each entry averages per-query AP (or paired per-query AP differences) over (anchor variant x "
+    "checkpoint) cells and queries. 95% intervals: B bootstrap replicates; each replicate draws "
+    "the "
+    "cells with replacement and the queries with replacement (one query draw shared by all cells: "
+    "the same validation images are every cell's queries) and takes the mean; percentile interval. "
+    "Average rows weight findings equally and share each replicate's cell draw across findings. "
+    "Differences above +0.005 are bold, below -0.005 bold red (HTML, terminal), otherwise grey."
+)
+
+
+@dataclass
+class EvaluationReport:
+    """Everything one report shows; empty parts are left out of the page."""
+
+    title: str
+    command: str  # the exact command line that produced the report
+    source: str  # one line: where the images, labels and checkpoints came from
+    run: RetrievalRun | None = None
+    auprc: pd.DataFrame | None = None  # summaries.auprc_table
+    differences: pd.DataFrame | None = None  # summaries.difference_table, Table 2 + 3 pairs
+    mixing: pd.DataFrame | None = None
+    budget: pd.DataFrame | None = None
+    posterior: pd.DataFrame | None = None
+    runtime: pd.DataFrame | None = None
+    settings: dict[str, Any] = field(default_factory=dict)  # config dataclasses, for the manifest
+    notes: list[str] = field(default_factory=list)  # extra paragraphs (e.g. natural-image protocol)
+    extra_tables: dict[str, pd.DataFrame] = field(default_factory=dict)  # title -> table
+
+
+def _json_default(value: Any) -> Any:
+    if is_dataclass(value):
+        return asdict(value)
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, tuple | set):
+        return list(value)
+    return str(value)
+
+
+def table2_frames(report: EvaluationReport):
+    diffs = report.differences
+    if diffs is None or diffs.empty or report.run is None:
+        return pd.DataFrame(), pd.DataFrame()
+    part = diffs[(diffs["geometry"] == "softmax") & diffs["reference"].isin(["cosine", "iti"])]
+    return difference_wide(part, report.run.tasks, by="reference")
+
+
+def table3_frames(report: EvaluationReport):
+    diffs = report.differences
+    if diffs is None or diffs.empty or report.run is None:
+        return pd.DataFrame(), pd.DataFrame()
+    part = diffs[(diffs["reference"] == "cosine") & (diffs["geometry"] != "iti")]
+    return difference_wide(part, report.run.tasks, by="geometry")
+
+
+def _figures(report: EvaluationReport, folder: Path) -> list[tuple[str, str, bytes]]:
+    """(file name, caption, png bytes) of every figure the report's data allow."""
+    out = []
+
+    def add(name: str, caption: str, fig) -> None:
+        out.append((name, caption, F.save_figure(fig, folder / name)))
+
+    diffs = report.differences
+    if diffs is not None and not diffs.empty:
+        t2 = diffs[diffs["geometry"] == "softmax"]
+        for ref in ("cosine", "iti"):
+            if (t2["reference"] == ref).any():
+                add(
+                    f"table2_softmax_vs_{ref}.png",
+                    f"Softmax anchor divergence minus {F.label(ref)}: per-finding AUPRC "
+                    "difference.",
+                    F.difference_forest(t2, ref, f"Softmax − {F.label(ref)} (Table 2)"),
+                )
+        t3 = diffs[(diffs["reference"] == "cosine") & (diffs["geometry"] != "iti")]
+        if not t3.empty:
+            add(
+                "table3_models_vs_cosine.png",
+                "Every anchor geometry minus cosine: per-finding AUPRC difference.",
+                F.difference_forest(t3, "cosine", "Anchor geometries − Cosine (Table 3)"),
+            )
+    if report.mixing is not None and not report.mixing.empty:
+        add(
+            "fig3_mixing.png",
+            "Mixing finding anchors with nuisance anchors: AUPRC of each coordinate vs p (Fig. 3).",
+            F.mixing_curves(report.mixing, "Anchor mixing selects the coordinate"),
+        )
+    if report.budget is not None and not report.budget.empty:
+        avg = report.budget[report.budget["finding"] == "Average"]
+        add(
+            "fig4_budget.png",
+            "AUPRC vs number of anchors, mean over findings with 95% bands (Fig. 4).",
+            F.budget_curves(avg if not avg.empty else report.budget, "Anchor budget"),
+        )
+    if report.posterior is not None and not report.posterior.empty:
+        avg = report.posterior[report.posterior["finding"] == "Average"]
+        add(
+            "fig5_posterior.png",
+            "Target-only (dotted) vs posterior models adapted from the broad corpus (solid), "
+            "Fig. 5.",
+            F.budget_curves(
+                avg if not avg.empty else report.posterior,
+                "Posterior adaptation",
+                xlabel="number of target anchors",
+            ),
+        )
+    if report.runtime is not None and not report.runtime.empty:
+        r = report.runtime.iloc[0]
+        add(
+            "table4_runtime.png",
+            "Retrieval time vs number of anchors (Table 4).",
+            F.runtime_curves(
+                report.runtime,
+                f"{int(r['n_queries'])} queries x {int(r['n_gallery'])} gallery, {r['device']}",
+            ),
+        )
+    return out
+
+
+def _curve_markdown(frame: pd.DataFrame, x: str) -> str:
+    avg = frame[frame["finding"] == "Average"] if "finding" in frame else frame
+    if avg.empty:
+        avg = frame
+    wide = avg.assign(cell=[f"{m:.3f}" for m in avg["mean"]]).pivot_table(
+        index=x, columns="geometry", values="cell", aggfunc="first"
+    )
+    return to_markdown(wide.rename_axis(None))
+
+
+def _sections(report: EvaluationReport) -> list[tuple[str, str, Any]]:
+    """(heading, kind, payload) in page order; kind: text | table | frame."""
+    s: list[tuple[str, str, Any]] = []
+    run = report.run
+    if run is not None:
+        data = run.tasks.rename(
+            columns={
+                "n_queries": "n queries",
+                "n_keys": "n keys",
+                "n_relevant_keys": "relevant keys",
+            }
+        ).set_index("finding")
+        data["prevalence"] = data["prevalence"].map(lambda v: f"{v:.3f}")
+        s.append(("Data per finding", "frame", data))
+        s.append(
+            ("Table 2: softmax anchor divergence vs cosine and ITI", "table", table2_frames(report))
+        )
+        s.append(("Table 3: anchor geometries vs cosine", "table", table3_frames(report)))
+        if report.auprc is not None and not report.auprc.empty:
+            s.append(("AUPRC per geometry", "frame", auprc_wide(report.auprc, run.tasks)))
+        if run.skipped:
+            s.append(("Skipped", "text", "; ".join(f"{what}: {why}" for what, why in run.skipped)))
+    for title, table in report.extra_tables.items():
+        s.append((title, "frame", table))
+    if report.mixing is not None and not report.mixing.empty:
+        m = report.mixing.assign(cell=[f"{v:.3f}" for v in report.mixing["mean"]])
+        wide = m.pivot_table(
+            index="p", columns=["finding", "coordinate"], values="cell", aggfunc="first"
+        )
+        wide.columns = [f"{f}: {c}" for f, c in wide.columns]
+        s.append(("Anchor mixing (Fig. 3): AUPRC vs p", "frame", wide))
+    if report.budget is not None and not report.budget.empty:
+        s.append(
+            (
+                "Anchor budget (Fig. 4): mean AUPRC",
+                "text",
+                _curve_markdown(report.budget, "n_anchors"),
+            )
+        )
+    if report.posterior is not None and not report.posterior.empty:
+        s.append(
+            (
+                "Posterior adaptation (Fig. 5): mean AUPRC",
+                "text",
+                _curve_markdown(report.posterior, "n_anchors"),
+            )
+        )
+    if report.runtime is not None and not report.runtime.empty:
+        t4 = runtime_table(report.runtime).map(lambda v: f"{v:.3f}")
+        s.append(("Table 4: seconds vs number of anchors", "frame", t4))
+    return s
+
+
+def _frame_markdown(frame: pd.DataFrame) -> str:
+    return to_markdown(frame.astype(str))
+
+
+def render_markdown(report: EvaluationReport, figures: list[tuple[str, str, bytes]]) -> str:
+    lines = [
+        f"# {report.title}",
+        "",
+        f"Command: `{report.command}`",
+        "",
+        f"Source: {report.source}",
+        "",
+    ]
+    if report.run is not None:
+        lines += [f"Checkpoints: {', '.join(report.run.checkpoints)}", ""]
+    lines += [f"Protocol: {PROTOCOL_NOTE}", "", f"Intervals: {INTERVAL_NOTE}", ""]
+    lines += [p + "\n" for p in report.notes]
+    for heading, kind, payload in _sections(report):
+        lines.append(f"## {heading}\n")
+        if kind == "table":
+            text, means = payload
+            lines.append(to_markdown(text, means))
+        elif kind == "frame":
+            lines.append(_frame_markdown(payload))
+        else:
+            lines.append(str(payload) + "\n")
+    if figures:
+        lines.append("## Figures\n")
+        for name, caption, _ in figures:
+            lines += [f"![{caption}](figures/{name})", "", f"*{caption}*", ""]
+    return "\n".join(lines)
+
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:1200px;margin:2em auto;
+padding:0 1em;color:#222}
+table{border-collapse:collapse;margin:1em 0;font-size:0.85em}
+th,td{border:1px solid #ccc;padding:0.25em 0.5em;text-align:right}
+th:first-child{text-align:left}
+code{background:#f4f4f4;padding:0.1em 0.3em}
+figure{margin:1.5em 0}
+figcaption{font-style:italic;color:#555}
+img{max-width:100%}
+"""
+
+
+def render_html(report: EvaluationReport, figures: list[tuple[str, str, bytes]]) -> str:
+    e = html.escape
+    parts = [
+        "<!DOCTYPE html><html><head><meta charset='utf-8'>",
+        f"<title>{e(report.title)}</title><style>{_CSS}</style></head><body>",
+        f"<h1>{e(report.title)}</h1>",
+        f"<p>Command: <code>{e(report.command)}</code></p>",
+        f"<p>Source: {e(report.source)}</p>",
+    ]
+    if report.run is not None:
+        parts.append(f"<p>Checkpoints: {e(', '.join(report.run.checkpoints))}</p>")
+    parts += [f"<p>Protocol: {e(PROTOCOL_NOTE)}</p>", f"<p>Intervals: {e(INTERVAL_NOTE)}</p>"]
+    parts += [f"<p>{e(p)}</p>" for p in report.notes]
+    for heading, kind, payload in _sections(report):
+        parts.append(f"<h2>{e(heading)}</h2>")
+        if kind == "table":
+            text, means = payload
+            parts.append(to_html(text, means))
+        elif kind == "frame":
+            parts.append(to_html(payload.astype(str)))
+        else:
+            parts.append(f"<pre>{e(str(payload))}</pre>")
+    if figures:
+        parts.append("<h2>Figures</h2>")
+        for name, caption, data in figures:
+            b64 = base64.b64encode(data).decode("ascii")
+            parts.append(
+                f"<figure><img alt='{e(caption)}' src='data:image/png;base64,{b64}'>"
+                f"<figcaption>{e(caption)} ({e(name)})</figcaption></figure>"
+            )
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def write_report(report: EvaluationReport, out_dir: str | Path) -> dict[str, Path]:
+    """Write the report folder; returns the main paths (markdown, html, manifest, tables...)."""
+    out = Path(out_dir)
+    tables = out / "tables"
+    tables.mkdir(parents=True, exist_ok=True)
+    run = report.run
+    if run is not None:
+        run.tasks.to_csv(tables / "data.csv", index=False)
+        run.per_query.to_csv(out / "per_query_ap.csv.gz", index=False, compression="gzip")
+        for name, (text, _) in (
+            ("table2", table2_frames(report)),
+            ("table3", table3_frames(report)),
+        ):
+            if not text.empty:
+                text.to_csv(tables / f"{name}.csv")
+    frames = {
+        "auprc": report.auprc,
+        "differences": report.differences,
+        "mixing": report.mixing,
+        "budget": report.budget,
+        "posterior": report.posterior,
+        "runtime": report.runtime,
+    }
+    for name, frame in frames.items():
+        if frame is not None and not frame.empty:
+            frame.to_csv(tables / f"{name}.csv", index=False)
+    if report.auprc is not None and run is not None and not report.auprc.empty:
+        auprc_wide(report.auprc, run.tasks).to_csv(tables / "auprc_wide.csv")
+    for title, frame in report.extra_tables.items():
+        slug = "".join(c if c.isalnum() else "_" for c in title.lower()).strip("_")
+        frame.to_csv(tables / f"{slug}.csv")
+    figures = _figures(report, out / "figures")
+    (out / "report.md").write_text(render_markdown(report, figures), encoding="utf-8")
+    (out / "report.html").write_text(render_html(report, figures), encoding="utf-8")
+    manifest = {
+        "title": report.title,
+        "command": report.command,
+        "source": report.source,
+        "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "checkpoints": run.checkpoints if run else [],
+        "skipped": run.skipped if run else [],
+        "settings": report.settings,
+        "figures": [name for name, _, _ in figures],
+    }
+    (out / "manifest.json").write_text(
+        json.dumps(manifest, indent=2, default=_json_default), encoding="utf-8"
+    )
+    return {
+        "markdown": out / "report.md",
+        "html": out / "report.html",
+        "manifest": out / "manifest.json",
+        "tables": tables,
+        "figures": out / "figures",
+    }
