@@ -53,6 +53,8 @@ class Gallery:
             object.__setattr__(self, "fingerprint", gallery_fingerprint(self))
         index = {int(i): row for row, i in enumerate(self.image_ids)}
         object.__setattr__(self, "_row_of", index)
+        codes, _ = pd.factorize(self.metadata["study_uid"], use_na_sentinel=True)
+        object.__setattr__(self, "study_codes", codes)
 
     def __len__(self) -> int:
         return len(self.image_ids)

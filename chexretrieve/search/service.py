@@ -148,8 +148,9 @@ class SearchService:
 
         mask = filter_mask(gallery, request.filters, finding)
         if own_row is not None:
-            study = gallery.metadata["study_uid"].iloc[own_row]
-            mask &= (gallery.metadata["study_uid"] != study).to_numpy()
+            study = gallery.study_codes[own_row]  # type: ignore[attr-defined]
+            if study >= 0:
+                mask &= gallery.study_codes != study  # type: ignore[attr-defined]
             mask[own_row] = False
         candidates = int(mask.sum())
         scores = np.where(mask, scores, -np.inf)

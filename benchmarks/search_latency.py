@@ -1,0 +1,111 @@
+"""Latency of the search API (SearchService.search) per geometry on synthetic galleries.
+
+Prints p50 / p95 per geometry and gallery size, with features already cached (the steady state of
+a running server: the first search of a (geometry, anchor set) pays feature caching once, shown
+separately). Goal: p95 <= 300 ms at 100k on 2 cores.
+
+    .venv/bin/python benchmarks/search_latency.py                 # 10k and 100k, d = 512
+    .venv/bin/python benchmarks/search_latency.py --sizes 10000 --repeats 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from chexretrieve.findings import FINDINGS
+from chexretrieve.search.config import SearchConfig
+from chexretrieve.search.features import GEOMETRY_CHOICES
+from chexretrieve.search.gallery import Gallery, SearchFilters
+from chexretrieve.search.service import AnchorSetRef, SearchRequest, SearchService
+
+
+def unit(x: np.ndarray) -> np.ndarray:
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+class SyntheticAnchors:
+    def __init__(self, dim: int, n_anchors: int, rng: np.random.Generator):
+        self.anchors = unit(rng.standard_normal((n_anchors, dim)))
+        self.prior = unit(rng.standard_normal((2000, dim)))
+
+    def anchor_set(self, finding, key):
+        n = len(self.anchors)
+        return AnchorSetRef("synthetic@1", "h1", tuple(f"s{i}" for i in range(n)), self.anchors)
+
+    def broad_prior(self):
+        return "prior", self.prior
+
+
+def synthetic_gallery(n: int, dim: int, rng: np.random.Generator) -> Gallery:
+    ids = np.arange(1, n + 1, dtype=np.int64)
+    meta = pd.DataFrame(
+        {
+            "study_uid": [f"1.2.{i}" for i in ids],
+            "view_position": rng.choice(["PA", "AP"], n),
+            "patient_sex": rng.choice(["M", "F"], n),
+            "patient_age_years": rng.integers(18, 95, n).astype(float),
+            "study_date": [dt.date(2015, 1, 1) + dt.timedelta(days=int(d)) for d in ids % 3000],
+            "split": "train",
+        },
+        index=ids,
+    )
+    labels = pd.DataFrame(
+        rng.choice([1.0, 0.0, np.nan], size=(n, len(FINDINGS))), columns=list(FINDINGS), index=ids
+    )
+    return Gallery("synthetic:1", ids, unit(rng.standard_normal((n, dim))), meta, labels)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--dim", type=int, default=512)
+    parser.add_argument("--anchors", type=int, default=50)
+    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--geometries", nargs="+", default=list(GEOMETRY_CHOICES))
+    args = parser.parse_args()
+    rng = np.random.default_rng(0)
+    anchors = SyntheticAnchors(args.dim, args.anchors, rng)
+    filters = SearchFilters(views=("PA",), age_min=30)
+    print(f"d = {args.dim}, {args.anchors} anchors, {args.repeats} searches per cell, top-10")
+    header = f"{'gallery':>8} {'geometry':<28} {'first (s)':>9} {'p50 ms':>8} {'p95 ms':>8}"
+    print(header + " filtered p95")
+    with tempfile.TemporaryDirectory() as tmp:
+        for size in args.sizes:
+            gallery = synthetic_gallery(size, args.dim, rng)
+            service = SearchService(
+                lambda g=gallery: g,
+                anchors,
+                config=SearchConfig(feature_cache_dir=Path(tmp) / str(size)),
+            )
+            for geometry in args.geometries:
+                t0 = time.perf_counter()
+                service.search(SearchRequest(finding="Edema", geometry=geometry, case_id=1))
+                first = time.perf_counter() - t0
+                plain, filtered = [], []
+                for _ in range(args.repeats):
+                    case = int(rng.integers(1, size + 1))
+                    for out, flt in ((plain, SearchFilters()), (filtered, filters)):
+                        t0 = time.perf_counter()
+                        service.search(
+                            SearchRequest(
+                                finding="Edema", geometry=geometry, case_id=case, filters=flt
+                            )
+                        )
+                        out.append(time.perf_counter() - t0)
+                p50, p95 = np.percentile(np.array(plain) * 1000, [50, 95])
+                fp95 = np.percentile(np.array(filtered) * 1000, 95)
+                print(
+                    f"{size:>8} {geometry:<28} {first:>9.2f} {p50:>8.1f} {p95:>8.1f} {fp95:>8.1f}",
+                    flush=True,
+                )
+
+
+if __name__ == "__main__":
+    main()
