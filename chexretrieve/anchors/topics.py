@@ -1,0 +1,270 @@
+"""Vocabulary checks for anchor sentences: is a sentence about its finding, and is it negated?
+
+Used to reject off-topic LLM answers and to label sentences when a prompt gives no polarity (the
+paper's prompt returns bare strings). The word lists are report vocabulary written for this project.
+"""
+
+from __future__ import annotations
+
+import re
+
+from chexretrieve.findings import canonical_finding
+
+#: words or stems of which at least one appears in a sentence about the finding
+FINDING_TERMS: dict[str, tuple[str, ...]] = {
+    "Enlarged Cardiomediastinum": (
+        "mediastin",
+        "cardiomediastin",
+        "aort",
+        "hilar",
+        "hila",
+        "paratracheal",
+        "superior vena",
+        "thymus",
+        "thyroid",
+        "goiter",
+        "lymphaden",
+        "mass",
+        "silhouette",
+        "contour",
+    ),
+    "Cardiomegaly": (
+        "cardiomegaly",
+        "heart",
+        "cardiac",
+        "cardiothoracic",
+        "ventric",
+        "atri",
+        "pericardial",
+        "cardiomyopathy",
+        "silhouette",
+    ),
+    "Lung Opacity": (
+        "opacit",
+        "opacification",
+        "densit",
+        "airspace",
+        "air space",
+        "infiltrat",
+        "haz",
+        "ground-glass",
+        "ground glass",
+        "consolidat",
+        "parenchym",
+        "shadow",
+        "lung",
+        "lucen",
+    ),
+    "Lung Lesion": (
+        "nodul",
+        "mass",
+        "lesion",
+        "neoplas",
+        "tumor",
+        "tumour",
+        "malignan",
+        "metasta",
+        "granulom",
+        "cavit",
+        "carcinoma",
+        "spiculat",
+        "coin",
+        "cancer",
+    ),
+    "Edema": (
+        "edema",
+        "oedema",
+        "congesti",
+        "vascul",
+        "vessel",
+        "kerley",
+        "heart failure",
+        "overload",
+        "septal",
+        "cephaliz",
+        "interstitial",
+        "peribronchial cuff",
+        "fluid overload",
+        "venous",
+        "batwing",
+        "bat-wing",
+        "hydrostatic",
+    ),
+    "Consolidation": (
+        "consolidat",
+        "airspace",
+        "air space",
+        "air bronchogram",
+        "opacit",
+        "dense",
+        "densit",
+        "lobar",
+        "segmental",
+        "infiltrat",
+    ),
+    "Pneumonia": (
+        "pneumonia",
+        "infect",
+        "infiltrat",
+        "consolidat",
+        "aspiration",
+        "bronchopneumonia",
+        "airspace",
+        "opacit",
+        "inflammat",
+        "pneumonitis",
+    ),
+    "Atelectasis": (
+        "atelecta",
+        "collapse",
+        "volume loss",
+        "discoid",
+        "plate-like",
+        "platelike",
+        "linear",
+        "subsegmental",
+        "hypoinflat",
+        "elevat",
+        "scar",
+        "expan",
+    ),
+    "Pneumothorax": (
+        "pneumothora",
+        "pleural line",
+        "pleural air",
+        "apical",
+        "lung edge",
+        "visceral pleural",
+        "tension",
+        "air",
+        "deep sulcus",
+        "hydropneumothorax",
+    ),
+    "Pleural Effusion": (
+        "effusion",
+        "fluid",
+        "costophrenic",
+        "meniscus",
+        "hydrothorax",
+        "pleural",
+        "blunting",
+        "hemothorax",
+        "chylothorax",
+        "empyema",
+        "fissur",
+        "hemithorax",
+        "loculat",
+    ),
+    "Pleural Other": (
+        "pleural",
+        "plaque",
+        "thickening",
+        "fibrothorax",
+        "mesothelioma",
+        "calcif",
+        "apical cap",
+        "pleura",
+        "asbestos",
+    ),
+    "Fracture": (
+        "fractur",
+        "rib",
+        "clavic",
+        "vertebra",
+        "osseous",
+        "bone",
+        "cortical",
+        "callus",
+        "compression",
+        "sternum",
+        "sternal",
+        "scapul",
+        "humer",
+        "skelet",
+        "deformity",
+        "bony",
+        "flail",
+        "wire",
+    ),
+    "Support Devices": (
+        "tube",
+        "line",
+        "catheter",
+        "pacemaker",
+        "pacer",
+        "lead",
+        "wire",
+        "stent",
+        "valve",
+        "device",
+        "port",
+        "drain",
+        "clip",
+        "picc",
+        "defibrillator",
+        "icd",
+        "balloon",
+        "tip",
+        "sternotomy",
+        "monitor",
+        "hardware",
+        "electrode",
+        "cannula",
+        "impella",
+        "pump",
+        "recorder",
+        "extubat",
+        "intubat",
+        "annuloplasty",
+        "prosthe",
+        "implant",
+    ),
+}
+
+_NEGATION = re.compile(
+    r"^(no|without|negative for|absence of|absent|resolved|resolution of|not|never|nor|"
+    r"there is no|there are no|there has been resolution|interval resolution|no evidence|"
+    r"no (?:new|acute|definite|focal|residual|significant|visible|radiographic)|"
+    r"normal|unremarkable|clear|free of|lungs are clear|heart size is normal|"
+    r"removal of|has been removed|have been removed)\b",
+    re.IGNORECASE,
+)
+_NEGATION_ANYWHERE = re.compile(
+    r"\b(no (?:evidence|sign|signs|radiographic evidence) of|is not (?:seen|identified|present|"
+    r"visualized|enlarged)|are not (?:seen|identified|present)|has resolved|have resolved|"
+    r"not (?:seen|identified|appreciated|demonstrated)|within normal limits|is normal|are normal|"
+    r"without (?:evidence|signs?) of|no longer (?:seen|visualized|present)|ruled out|excluded|"
+    r"have been removed|has been removed|were removed|was removed)\b",
+    re.IGNORECASE,
+)
+_HEDGE_POSITIVE = re.compile(
+    r"\b(cannot be (?:excluded|ruled out)|can ?not exclude|may represent|possibl|probabl|"
+    r"suspicious for|concerning for|likely)\b",
+    re.IGNORECASE,
+)
+
+
+def mentions_finding(sentence: str, finding: str) -> bool:
+    """True when the sentence contains one of the finding's terms (case-insensitive substring)."""
+    terms = FINDING_TERMS[canonical_finding(finding)]
+    lowered = sentence.lower()
+    return any(term in lowered for term in terms)
+
+
+def on_topic_fraction(sentences: list[str], finding: str) -> float:
+    if not sentences:
+        return 0.0
+    return sum(mentions_finding(s, finding) for s in sentences) / len(sentences)
+
+
+def infer_polarity(sentence: str) -> str:
+    """'negative' when the sentence denies or clears a finding, else 'positive' (rule-based).
+
+    Hedged statements ("cannot be excluded", "possible") count as positive: they raise the finding.
+    """
+    text = sentence.strip()
+    if _HEDGE_POSITIVE.search(text):
+        return "positive"
+    if _NEGATION.match(text) or _NEGATION_ANYWHERE.search(text):
+        return "negative"
+    return "positive"
