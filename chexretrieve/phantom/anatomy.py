@@ -11,7 +11,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from chexretrieve.phantom.canvas import Frame, Window, atlas_index, ramp, vessel_atlas
+from chexretrieve.phantom.canvas import (
+    Frame,
+    Window,
+    atlas_index,
+    atlas_size,
+    ramp,
+    vessel_atlas,
+)
 
 
 @dataclass
@@ -66,83 +73,94 @@ def lung_level(anatomy: Anatomy, side: int, X: np.ndarray, Y: np.ndarray, shrink
 
     `shrink` < 1 gives the same lung scaled towards the hilum (a collapsed lung)."""
     s = anatomy.lung_scale
-    xm = side * (X - anatomy.mid_x)
+    xm = (X - anatomy.mid_x) * np.float32(side)
     hx, hy = 0.2 * s, -0.05
     if shrink != 1.0:
-        xm = hx + (xm - hx) / shrink
-        Y = hy + (Y - hy) / shrink
+        xm = hx + (xm - hx) * np.float32(1.0 / shrink)
+        Y = hy + (Y - hy) * np.float32(1.0 / shrink)
     cx, rx = 0.45 * s, 0.39 * s
     dome = anatomy.dome[0 if side < 0 else 1]
     cy = 0.5 * (anatomy.lung_top + dome) + 0.08
     ry_up, ry_down = cy - anatomy.lung_top, max(dome + 0.12 - cy, 0.2)
-    dy = Y - cy
-    q = dy * dy * np.where(dy < 0, 1.0 / ry_up**2, 1.0 / ry_down**2).astype(np.float32)
-    q = np.where(dy < 0, q, q * q)
-    dx = (xm - cx) * (1.0 / rx)
-    ellipse = dx * dx + q - 1.0
-    dome_curve = dome + 0.75 * (xm - 0.4 * s) ** 2
-    below = (Y - dome_curve) * 4.0
-    return np.maximum(ellipse, below)
+    dy = Y - np.float32(cy)
+    upper = dy < 0
+    q = dy * dy
+    q *= np.where(upper, np.float32(1.0 / ry_up**2), np.float32(1.0 / ry_down**2))
+    q = np.where(upper, q, q * q)
+    dx = (xm - np.float32(cx)) * np.float32(1.0 / rx)
+    q += dx * dx
+    q -= 1.0
+    t = xm - np.float32(0.4 * s)
+    below = (Y - np.float32(dome) - 0.75 * t * t) * np.float32(4.0)
+    return np.maximum(q, below, out=q)
 
 
 def heart_mask(anatomy: Anatomy, X: np.ndarray, Y: np.ndarray, edge: float = 0.06) -> np.ndarray:
     cx, cy = anatomy.heart_center
     a, b = anatomy.heart_axes
     c, s = np.cos(anatomy.heart_tilt), np.sin(anatomy.heart_tilt)
-    dx, dy = X - cx, Y - cy
-    u = (c * dx + s * dy) * (1.0 / a)
-    v = (-s * dx + c * dy) * (1.0 / b)
-    return ramp(1.0 - u * u - v * v, edge)
+    dx, dy = X - np.float32(cx), Y - np.float32(cy)
+    u = (np.float32(c / a) * dx + np.float32(s / a) * dy) ** 2
+    u += (np.float32(-s / b) * dx + np.float32(c / b) * dy) ** 2
+    return ramp(1.0 - u, edge)
 
 
 def mediastinum_mask(anatomy: Anatomy, win: Window) -> np.ndarray:
     X, Y = win.X, win.Y
-    bump = np.clip(1.0 - ((Y + 0.36) * (1 / 0.09)) ** 2, 0.0, 1.0)
-    widen = 1.0 + (anatomy.mediastinum_widening - 1.0) * np.clip(
-        1.0 - ((Y + 0.25) * (1 / 0.45)) ** 2, 0.0, 1.0
+    bump = ramp(1.0 - ((Y + 0.36) * (1 / 0.09)) ** 2, 1.0)
+    widen = 1.0 + (anatomy.mediastinum_widening - 1.0) * ramp(
+        1.0 - ((Y + 0.25) * (1 / 0.45)) ** 2, 1.0
     )
-    right = anatomy.mid_x - (0.095 + 0.02 * np.clip(Y + 0.2, 0, 1)) * widen
+    right = anatomy.mid_x - (0.095 + 0.02 * ramp(Y + 0.2, 1.0)) * widen
     left = anatomy.mid_x + (0.1 + anatomy.knob * bump) * widen
     return ramp(X - right, 0.02) * ramp(left - X, 0.02) * ramp(0.45 - Y, 0.05)
+
+
+def hemithorax_window(frame: Frame, anatomy: Anatomy, side: int, y0=-0.8, y1=0.95):
+    """The frame block covering one hemithorax (lung plus chest wall) of a side."""
+    x_lo, x_hi = anatomy.side_x(side, -0.05), anatomy.side_x(side, 0.95 * anatomy.lung_scale)
+    return frame.window(min(x_lo, x_hi), max(x_lo, x_hi), y0, y1)
 
 
 def draw_anatomy(frame: Frame, anatomy: Anatomy, layers: Layers) -> None:
     """Draw the normal anatomy into the layers."""
     X, Y = frame.X, frame.Y
     a = anatomy
-    # torso: neck widening into shoulders, denser towards the centre
-    width = 0.27 + (a.body_half_width - 0.27) * ramp(Y + 0.95, 0.25)
-    rel = X - a.mid_x
-    body = ramp(width - np.abs(rel), 0.03)
-    layers.soft[:] = body * (
-        a.soft_density * (0.72 + 0.28 * np.clip(1.0 - (rel / width) ** 2, 0, 1))
-    )
-    # arms at the upper corners (soft tissue + humeral heads)
+    # torso: neck, sloping shoulders, chest wall thinning towards the edges
+    rel = np.abs(X - np.float32(a.mid_x))
+    width = a.body_half_width * (1.06 - 0.08 * ramp(Y + 0.4, 1.2))
+    shoulder = -1.0 + 0.24 * ramp(rel - 0.27, 0.68)
+    body = ramp(width - rel, 0.03) * ramp(Y - shoulder, 0.03)
+    frac = rel / width
+    thickness = np.sqrt(ramp(1.0 - frac * frac, 1.0))
+    layers.soft[:] = body * (0.5 + 0.5 * thickness) * np.float32(a.soft_density)
     for side in (-1, 1):
-        win = frame.window(
-            side * 1.5 if side < 0 else 0.75, side * 0.75 if side < 0 else 1.5, -1.4, -0.2
-        )
+        # humeral heads at the shoulders
+        hx = a.side_x(side, a.body_half_width * 1.02)
+        win = frame.window(hx - 0.14, hx + 0.14, -0.95, -0.55)
+        if win is not None:
+            r2 = (win.X - hx) ** 2 + (win.Y + 0.74) ** 2
+            layers.dense[win.sl] += ramp(0.012 - r2, 0.004) * (0.08 + 0.1 * ramp(r2 - 0.009, 0.003))
+    # lungs (each in its own block)
+    for side in (-1, 1):
+        win = hemithorax_window(frame, a, side, a.lung_top - 0.05, max(a.dome) + 0.25)
         if win is None:
             continue
-        xm = side * (win.X - a.mid_x)
-        arm = ramp(0.16 - np.abs(xm - (a.body_half_width + 0.12)), 0.03) * ramp(-0.35 - win.Y, 0.1)
-        layers.soft[win.sl] = np.maximum(layers.soft[win.sl], arm * a.soft_density * 0.85)
-        head = ramp(0.016 - ((xm - a.body_half_width - 0.02) ** 2 + (win.Y + 0.8) ** 2), 0.004)
-        layers.dense[win.sl] += head * 0.22
-    # lungs
-    lung = np.zeros_like(X)
-    for side in (-1, 1):
-        level = lung_level(a, side, X, Y)
-        # aerated thickness: thinner at the edges (overlapping chest wall), thick in the middle
-        lung = np.maximum(lung, ramp(-level, 0.05) * (0.6 + 0.4 * ramp(-level, 0.45)))
-    heart = heart_mask(a, X, Y)
+        level = lung_level(a, side, win.X, win.Y)
+        level *= -1.0
+        lung = ramp(level, 0.05) * (0.6 + 0.4 * ramp(level, 0.45))
+        np.maximum(layers.lung[win.sl], lung, out=layers.lung[win.sl])
+    hx, hy = a.heart_center
+    reach = max(a.heart_axes) + 0.05
+    win = frame.window(hx - reach, hx + reach, hy - reach, hy + reach)
+    if win is not None:
+        heart = heart_mask(a, win.X, win.Y)
+        layers.lung[win.sl] *= 1.0 - 0.85 * heart
+        layers.dense[win.sl] += heart * 0.03
     med_win = frame.window(a.mid_x - 0.5, a.mid_x + 0.5, -1.3, 0.6)
-    med = np.zeros_like(X)
     if med_win is not None:
-        med[med_win.sl] = mediastinum_mask(a, med_win)
-    lung *= (1.0 - 0.85 * heart) * (1.0 - med)
-    layers.lung[:] = lung
-    layers.markings[:] = lung
+        layers.lung[med_win.sl] *= 1.0 - mediastinum_mask(a, med_win)
+    layers.markings[:] = layers.lung
     _draw_trachea(frame, a, layers)
     _draw_spine(frame, a, layers)
     _draw_ribs(frame, a, layers)
@@ -160,8 +178,9 @@ def draw_anatomy(frame: Frame, anatomy: Anatomy, layers: Layers) -> None:
             xm = win.X - a.mid_x
             e = ((xm - 0.38) / 0.11) ** 2 + ((win.Y - a.dome[1] - 0.13) / 0.06) ** 2
             layers.soft[win.sl] -= ramp(1.0 - e, 0.3) * 0.25 * a.gastric_bubble
-    index = atlas_index(frame, frame.size)
-    layers.vessels[:] = np.take(vessel_atlas(frame.size)[a.vessel_atlas].reshape(-1), index)
+    size = atlas_size(frame.size)
+    index = atlas_index(frame, size)
+    layers.vessels[:] = np.take(vessel_atlas(size)[a.vessel_atlas].reshape(-1), index)
 
 
 def _draw_trachea(frame: Frame, a: Anatomy, layers: Layers) -> None:
@@ -177,7 +196,7 @@ def _draw_trachea(frame: Frame, a: Anatomy, layers: Layers) -> None:
         bronchus = ramp(0.022 - np.abs(rel - centre), 0.01) * ramp(win.Y + 0.32, 0.02)
         bronchus *= ramp(-0.1 - win.Y, 0.03)
         trachea = np.maximum(trachea, bronchus)
-    layers.lucent[win.sl] += trachea * 0.22
+    layers.lucent[win.sl] += trachea * 0.12
 
 
 def _draw_spine(frame: Frame, a: Anatomy, layers: Layers) -> None:

@@ -71,7 +71,41 @@ class Frame:
 
 def ramp(value: np.ndarray, width: float) -> np.ndarray:
     """0 where value <= 0, rising linearly to 1 at value = width (a soft mask edge)."""
-    return np.clip(value * (1.0 / width), 0.0, 1.0)
+    out = value * np.float32(1.0 / width)
+    np.maximum(out, 0.0, out=out)
+    return np.minimum(out, 1.0, out=out)
+
+
+def resample_polyline(
+    rows: np.ndarray, cols: np.ndarray, width: float | np.ndarray, spacing: float = 0.5
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Points every `spacing` pixels along a polyline, with the width interpolated."""
+    rows, cols = np.asarray(rows, dtype=np.float64), np.asarray(cols, dtype=np.float64)
+    step = np.hypot(np.diff(rows), np.diff(cols))
+    arc = np.concatenate([[0.0], np.cumsum(step)])
+    count = max(int(arc[-1] / spacing) + 2, 2)
+    t = np.linspace(0.0, arc[-1], count)
+    widths = np.broadcast_to(np.asarray(width, dtype=np.float64), rows.shape)
+    return np.interp(t, arc, rows), np.interp(t, arc, cols), np.interp(t, arc, widths)
+
+
+def stamp_points(
+    canvas: np.ndarray, r: np.ndarray, c: np.ndarray, width: np.ndarray, value: np.ndarray | float
+) -> None:
+    """Max-blend anti-aliased discs of diameter `width` (pixels) centred on the points."""
+    half = np.asarray(width, dtype=np.float64) / 2.0
+    reach = int(np.ceil(half.max() + 1.0))
+    offs = np.arange(-reach, reach + 1)
+    orow, ocol = np.meshgrid(offs, offs, indexing="ij")
+    pr = np.floor(r)[:, None] + orow.ravel()[None, :]
+    pc = np.floor(c)[:, None] + ocol.ravel()[None, :]
+    dist = np.hypot(pr - r[:, None], pc - c[:, None])
+    value = np.broadcast_to(np.asarray(value, dtype=np.float64), r.shape)[:, None]
+    weight = np.clip(half[:, None] + 0.5 - dist, 0.0, 1.0) * value
+    h, w = canvas.shape
+    ok = (weight > 0) & (pr >= 0) & (pr < h) & (pc >= 0) & (pc < w)
+    flat = (pr[ok] * w + pc[ok]).astype(np.int64)
+    np.maximum.at(canvas.reshape(-1), flat, weight[ok].astype(canvas.dtype))
 
 
 def stamp_polyline(
@@ -82,28 +116,10 @@ def stamp_polyline(
     value: float = 1.0,
 ) -> None:
     """Max-blend an anti-aliased line of `width` pixels through the points (pixel coordinates)."""
-    rows, cols = np.asarray(rows, dtype=np.float64), np.asarray(cols, dtype=np.float64)
-    if rows.size < 2:
+    if np.asarray(rows).size < 2:
         return
-    step = np.hypot(np.diff(rows), np.diff(cols))
-    # resample to about 0.5 px spacing so the stamps overlap
-    arc = np.concatenate([[0.0], np.cumsum(step)])
-    count = max(int(arc[-1] / 0.5) + 2, 2)
-    t = np.linspace(0.0, arc[-1], count)
-    r, c = np.interp(t, arc, rows), np.interp(t, arc, cols)
-    half = np.broadcast_to(np.asarray(width, dtype=np.float64), rows.shape)
-    half = np.interp(t, arc, half) / 2.0
-    reach = int(np.ceil(half.max() + 1.0))
-    offs = np.arange(-reach, reach + 1)
-    orow, ocol = np.meshgrid(offs, offs, indexing="ij")
-    pr = np.floor(r)[:, None] + orow.ravel()[None, :]
-    pc = np.floor(c)[:, None] + ocol.ravel()[None, :]
-    dist = np.hypot(pr - r[:, None], pc - c[:, None])
-    weight = np.clip(half[:, None] + 0.5 - dist, 0.0, 1.0) * value
-    h, w = canvas.shape
-    ok = (weight > 0) & (pr >= 0) & (pr < h) & (pc >= 0) & (pc < w)
-    flat = (pr[ok] * w + pc[ok]).astype(np.int64)
-    np.maximum.at(canvas.reshape(-1), flat, weight[ok].astype(canvas.dtype))
+    r, c, w = resample_polyline(rows, cols, width)
+    stamp_points(canvas, r, c, w, value)
 
 
 def polyline_in_frame(
@@ -153,7 +169,7 @@ def smooth_field(shape: tuple[int, int], scale: float, rng: np.random.Generator)
 def mottle_bank(size: int) -> np.ndarray:
     """Four frames of smooth noise (about 4 % of the image) for lung parenchyma and tissue."""
     rng = np.random.default_rng(7351)
-    frames = np.stack([smooth_field((size + 32, size + 32), size / 40.0, rng) for _ in range(4)])
+    frames = np.stack([smooth_field((size + 32, size + 32), size / 70.0, rng) for _ in range(4)])
     frames.setflags(write=False)
     return frames
 
@@ -177,24 +193,16 @@ def _grow_tree(
 ) -> None:
     if depth == 0 or width < 0.002:
         return
-    bend = rng.normal(0.0, 0.25)
+    bend = rng.normal(0.0, 0.35)
     t = np.linspace(0.0, 1.0, 12)
-    a = angle + bend * t
+    a = angle + bend * t + 0.08 * np.sin(t * 6 + rng.uniform(0, 6))
     xs = x + np.cumsum(np.cos(a)) * length / 12
     ys = y + np.cumsum(np.sin(a)) * length / 12
     out.append((np.concatenate([[x], xs]), np.concatenate([[y], ys]), width))
     for turn in (-1.0, 1.0):
-        child = a[-1] + turn * rng.uniform(0.25, 0.6)
-        _grow_tree(
-            rng,
-            xs[-1],
-            ys[-1],
-            child,
-            length * rng.uniform(0.65, 0.85),
-            width * 0.68,
-            depth - 1,
-            out,
-        )
+        child = a[-1] + turn * rng.uniform(0.2, 0.55)
+        shorter = length * rng.uniform(0.7, 0.9)
+        _grow_tree(rng, xs[-1], ys[-1], child, shorter, width * 0.72, depth - 1, out)
 
 
 @lru_cache(maxsize=4)
@@ -208,19 +216,26 @@ def vessel_atlas(size: int) -> np.ndarray:
         segments: list[tuple[np.ndarray, np.ndarray, float]] = []
         for side in (-1.0, 1.0):
             hx, hy = side * 0.2, -0.05
-            for base in np.linspace(-1.35, 1.25, 7):
+            for base in np.linspace(-1.35, 1.25, 9):
                 # directions fan from up (-pi/2) over lateral to down (+pi/2), mirrored per side
-                angle = base + rng.normal(0, 0.12)
+                angle = base + rng.normal(0, 0.1)
                 angle = angle if side > 0 else np.pi - angle
-                _grow_tree(rng, hx, hy, angle, rng.uniform(0.16, 0.22), 0.022, 5, segments)
+                _grow_tree(rng, hx, hy, angle, rng.uniform(0.13, 0.17), 0.018, 6, segments)
+        parts = []
         for xs, ys, width in segments:
             rows, cols = (ys + ATLAS_HALF_SPAN) * scale - 0.5, (xs + ATLAS_HALF_SPAN) * scale - 0.5
-            stamp_polyline(
-                atlases[k], rows, cols, max(width * scale, 0.7), min(1.0, 0.4 + width * 30)
-            )
+            r, c, w = resample_polyline(rows, cols, max(width * scale, 0.7))
+            parts.append((r, c, w, np.full(r.shape, min(1.0, 0.25 + width * 45))))
+        r, c, w, v = (np.concatenate(x) for x in zip(*parts, strict=True))
+        stamp_points(atlases[k], r, c, w, v)
         atlases[k] = ndimage.gaussian_filter(atlases[k], 0.5)
     atlases.setflags(write=False)
     return atlases
+
+
+def atlas_size(size: int) -> int:
+    """Resolution of the texture atlases for an image size (capped: they are only textures)."""
+    return min(size, 512)
 
 
 def atlas_index(frame: Frame, size: int) -> np.ndarray:

@@ -182,13 +182,13 @@ def compose(layers: Layers, anatomy: Anatomy, nuisance: Mapping, rng, size: int)
         layers.soft
         + layers.dense
         + layers.lines * 0.18
-        - air * (0.5 + 0.04 * mottle)
+        - air * (0.5 + 0.025 * mottle)
         - layers.lucent
         + vessels * (1.0 - 0.6 * np.minimum(layers.fill, 1.0))
     )
     attenuation += layers.fill * layers.lung * 0.04
     exposure, contrast = float(nuisance["exposure"]), float(nuisance["contrast"])
-    image = 1.0 - np.exp(attenuation * (-2.2 * contrast))
+    image = 1.0 - np.exp(attenuation * np.float32(-1.6 * contrast))
     image = np.clip((image - 0.05) * (1.12 / exposure), 0.0, 1.0)
     noise = float(nuisance["noise"])
     if noise > 0:
