@@ -1,0 +1,32 @@
+"""Reading radiographs: the only package that imports pydicom.
+
+``read_radiograph(path, ReadConfig())`` reads a DICOM, PNG or JPEG file into a :class:`Radiograph`
+(display-ready float32 pixels in [0, 1], validated :class:`RadiographMetadata`, a pixel hash) or
+raises :class:`RejectedFile` whose ``reason`` is one of :data:`REJECTION_REASONS`.
+"""
+
+from chexretrieve.dicom.codec_setup import GDCM_AVAILABLE  # first: guards gdcm's `import dl`
+from chexretrieve.dicom.config import ReadConfig
+from chexretrieve.dicom.errors import REJECTION_REASONS, RejectedFile
+from chexretrieve.dicom.fields import list_text_fields
+from chexretrieve.dicom.metadata import RadiographMetadata, parse_age_string, parse_date
+from chexretrieve.dicom.pixels import pixel_sha256, render_for_display, uid_from_sha256
+from chexretrieve.dicom.read import Radiograph, read_dicom_header, read_radiograph, sniff_format
+
+__all__ = [
+    "GDCM_AVAILABLE",
+    "REJECTION_REASONS",
+    "Radiograph",
+    "RadiographMetadata",
+    "ReadConfig",
+    "RejectedFile",
+    "list_text_fields",
+    "parse_age_string",
+    "parse_date",
+    "pixel_sha256",
+    "read_dicom_header",
+    "read_radiograph",
+    "render_for_display",
+    "sniff_format",
+    "uid_from_sha256",
+]
