@@ -51,6 +51,10 @@ from chexretrieve.search.commands import search_command  # noqa: E402
 
 app.command("search")(search_command)
 
+from chexretrieve.ingest.commands import ingest_command  # noqa: E402
+
+app.command("ingest")(ingest_command)
+
 from chexretrieve.phantom.commands import phantom_app  # noqa: E402
 
 app.add_typer(phantom_app, name="phantom")

@@ -26,6 +26,7 @@ from chexretrieve.store.engine import (
     StoreError,
     create_store_engine,
     database_label,
+    default_db_url,
     run_migrations,
 )
 from chexretrieve.store.records import (
@@ -82,8 +83,12 @@ IMAGE_COLUMNS = (
 
 
 def open_store(url: str | None = None, config: StoreConfig | None = None) -> Store:
-    """Open the database at ``url`` (default: ``config.url``), applying pending migrations."""
-    config = config or StoreConfig()
+    """Open the database at ``url``, applying pending migrations.
+
+    Without ``url``: ``config.url`` when a config is given, else ``$CHEXRETRIEVE_DB``, else
+    ``sqlite:///chexretrieve.sqlite`` in the current folder.
+    """
+    config = config or StoreConfig(url=default_db_url())
     if url is not None:
         config = StoreConfig(**{**config.__dict__, "url": url})
     return Store(config)

@@ -1,0 +1,204 @@
+"""`chexretrieve ingest`: build the config dataclasses from options and run the pipeline.
+
+Exit status: 0 when the run completes (rejected files included); 1 with --strict when any file was
+rejected or conflicted; 2 on a fatal error (bad path or URL, encoder or labels file that cannot be
+loaded, a run that had to stop); 130 when interrupted.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+EXIT_STRICT = 1
+EXIT_FATAL = 2
+EXIT_INTERRUPTED = 130
+
+
+def ingest_command(
+    paths: list[Path] = typer.Argument(..., help="Folders (walked recursively) or files."),
+    db: str | None = typer.Option(
+        None,
+        "--db",
+        help="SQLAlchemy URL of the store (default: $CHEXRETRIEVE_DB, else "
+        "sqlite:///chexretrieve.sqlite in the current folder).",
+    ),
+    encoder: str = typer.Option(
+        "phantom", "--encoder", help="Encoder spec: phantom, chexzero:FILE.pt, hf-clip:FOLDER."
+    ),
+    labels: Path | None = typer.Option(
+        None, "--labels", help="CheXpert-format CSV: Path + finding columns (1 / 0 / -1 / blank)."
+    ),
+    workers: int = typer.Option(
+        -1, "--workers", help="Decoding processes (-1: one per core minus one; 0: in-process)."
+    ),
+    batch_size: int = typer.Option(16, "--batch-size", help="Images per encoder call and commit."),
+    report: Path | None = typer.Option(
+        None, "--report", help="Write a JSON report listing every file's outcome and reason."
+    ),
+    strict: bool = typer.Option(
+        False, "--strict", help="Exit 1 when any file is rejected or conflicts."
+    ),
+    split: str | None = typer.Option(
+        None, "--split", help="Split for images no labels row assigns one to (train/valid/test)."
+    ),
+    file_timeout: float = typer.Option(
+        120.0, "--file-timeout", help="Seconds one file may take to decode."
+    ),
+    modality: list[str] = typer.Option(
+        [], "--modality", help="Admit this DICOM modality (repeatable; default CR and DX)."
+    ),
+    device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:N."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
+) -> None:
+    """Ingest DICOM / PNG / JPEG files: decode, embed, store; resumable and idempotent."""
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    try:
+        outcome = _run(
+            console,
+            paths=paths,
+            db=db,
+            encoder_spec=encoder,
+            labels_path=labels,
+            workers=workers,
+            batch_size=batch_size,
+            report_path=report,
+            strict=strict,
+            split=split,
+            file_timeout=file_timeout,
+            modalities=modality,
+            device=device,
+            show_progress=progress,
+        )
+    except KeyboardInterrupt:
+        console.print("[red]interrupted[/red]: committed batches are kept; run again to resume")
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    raise typer.Exit(outcome)
+
+
+def _fatal(console, message: str) -> int:  # noqa: ANN001
+    from rich.markup import escape
+
+    console.print(f"[red]error:[/red] {escape(message)}")
+    return EXIT_FATAL
+
+
+def _run(console, *, paths, db, encoder_spec, labels_path, workers, batch_size, report_path,  # noqa: ANN001
+         strict, split, file_timeout, modalities, device, show_progress) -> int:  # fmt: skip
+    from chexretrieve.ingest.config import IngestConfig
+    from chexretrieve.ingest.labels import read_label_csv
+    from chexretrieve.ingest.pipeline import IngestError, ingest_paths
+    from chexretrieve.ingest.report import render_summary, write_report
+    from chexretrieve.store import open_store
+
+    try:
+        config = IngestConfig(
+            workers=workers,
+            batch_size=batch_size,
+            file_timeout_s=file_timeout,
+            strict=strict,
+            split=split,
+        )
+        read_config = _read_config(modalities)
+        label_table = read_label_csv(labels_path) if labels_path is not None else None
+        for path in paths:
+            if not path.exists():
+                raise ValueError(f"{path}: no such file or folder; check the path to ingest")
+        store = open_store(db)
+    except ValueError as exc:
+        return _fatal(console, str(exc))
+    try:
+        try:
+            encoder = load_any_encoder(encoder_spec, device)
+        except (ValueError, OSError, RuntimeError) as exc:
+            return _fatal(console, f"cannot load encoder {encoder_spec!r}: {exc}")
+        progress_bar, callback = _progress(console, show_progress)
+        try:
+            with progress_bar:
+                report = ingest_paths(
+                    paths,
+                    store,
+                    encoder,
+                    config,
+                    labels=label_table,
+                    read_config=read_config,
+                    progress=callback,
+                )
+        except IngestError as exc:
+            if report_path is not None and exc.report is not None:
+                write_report(exc.report, report_path)
+            return _fatal(console, str(exc))
+        except ValueError as exc:
+            return _fatal(console, str(exc))
+    finally:
+        store.close()
+    from rich.console import Console
+
+    render_summary(report, Console())
+    if report_path is not None:
+        console.print(f"report: {write_report(report, report_path)}")
+    if config.strict and report.problems:
+        console.print(f"[red]--strict:[/red] {report.problems} files rejected or in conflict")
+        return EXIT_STRICT
+    return 0
+
+
+def load_any_encoder(spec: str, device: str = "auto"):  # noqa: ANN201
+    """An encoder from its spec; test stand-ins (``stand-in[:MS[:DIM]]``) when enabled."""
+    from chexretrieve.ingest.stand_in import is_stand_in_spec, load_stand_in
+
+    if is_stand_in_spec(spec):
+        return load_stand_in(spec)
+    from chexretrieve.encoders import EncoderConfig, load_encoder
+
+    return load_encoder(spec, EncoderConfig(device=device))
+
+
+def _read_config(modalities: list[str]):  # noqa: ANN202
+    from chexretrieve.dicom import ReadConfig
+
+    if not modalities:
+        return ReadConfig()
+    return ReadConfig(allowed_modalities=tuple(m.strip().upper() for m in modalities))
+
+
+def _progress(console, enabled: bool):  # noqa: ANN001, ANN202
+    import contextlib
+
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        ProgressColumn,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+    from rich.text import Text
+
+    class RateColumn(ProgressColumn):
+        def render(self, task) -> Text:  # noqa: ANN001
+            speed = task.finished_speed or task.speed
+            return Text("-- files/s" if speed is None else f"{speed:.1f} files/s")
+
+    if not enabled:
+        return contextlib.nullcontext(), None
+    bar = Progress(
+        TextColumn("ingest"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        RateColumn(),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=console,
+    )
+    task = bar.add_task("ingest", total=None)
+
+    def callback(done: int, total: int) -> None:
+        bar.update(task, completed=done, total=total)
+
+    return bar, callback

@@ -1,0 +1,59 @@
+"""Settings of ``chexretrieve ingest``: parallel decoding, batching, limits, strictness."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+def default_workers() -> int:
+    """One decoding process per core, leaving one core to inference (at least one)."""
+    return max(1, min(8, (os.cpu_count() or 2) - 1))
+
+
+@dataclass(frozen=True)
+class IngestConfig:
+    # decoding processes; 0 decodes in the main process (no overlap with inference, for debugging)
+    workers: int = -1  # -1 = automatic: one per core minus one, between 1 and 8
+    # images per encoder call and per database transaction
+    batch_size: int = 16
+    # batches decoded ahead of the encoder (bounds memory: about (prefetch + 1) x batch images)
+    prefetch_batches: int = 1
+    # seconds one file may take to decode before its worker is killed and the file rejected
+    file_timeout_s: float = 120.0
+    # address-space cap per decoding process in MiB (0 = none); a file exceeding it is rejected
+    worker_memory_mb: int = 0
+    # how workers start: "forkserver" (fast restarts, preloaded reader) or "spawn"; never "fork",
+    # which is unsafe once torch has started threads
+    start_method: str = "forkserver"
+    # any rejected or conflicting file makes the command exit non-zero (the run still completes)
+    strict: bool = False
+    # descend into symbolic links to folders while walking
+    follow_symlinks: bool = False
+    # file name endings walked in folders (case-insensitive); files without any ending also count
+    extensions: tuple[str, ...] = (".dcm", ".dicom", ".dic", ".png", ".jpg", ".jpeg")
+    # split written to images that no labels row assigns one to (None leaves it empty)
+    split: str | None = None
+    # consecutive images the encoder fails on before the run stops as broken
+    max_consecutive_embed_failures: int = 32
+
+    def __post_init__(self) -> None:
+        if self.workers < -1:
+            raise ValueError(f"workers must be -1 (automatic), 0 or positive, got {self.workers}")
+        if self.batch_size < 1:
+            raise ValueError(f"batch size must be at least 1, got {self.batch_size}")
+        if self.prefetch_batches < 1:
+            raise ValueError(f"prefetch_batches must be at least 1, got {self.prefetch_batches}")
+        if self.file_timeout_s <= 0:
+            raise ValueError(f"file timeout must be positive, got {self.file_timeout_s}")
+        if self.worker_memory_mb < 0:
+            raise ValueError(f"worker_memory_mb must be 0 or positive, got {self.worker_memory_mb}")
+        if self.start_method not in ("spawn", "forkserver"):
+            raise ValueError(
+                f"start_method {self.start_method!r} is not 'spawn' or 'forkserver' (fork is "
+                "unsafe once torch has started threads)"
+            )
+
+    @property
+    def resolved_workers(self) -> int:
+        return default_workers() if self.workers == -1 else self.workers

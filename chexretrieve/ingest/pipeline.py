@@ -1,0 +1,421 @@
+"""Ingest: files -> decoded radiographs (worker processes) -> embeddings (batches) -> the store.
+
+Order of work for one run:
+1. find the files (``discover_files``) and stat them; files whose path, size and mtime match an
+   image already embedded with this encoder are 'already-present' without being decoded again;
+2. the rest are decoded in worker processes while the main process runs the encoder on the
+   previous batch, so decoding hides behind inference;
+3. each batch (images, embeddings, labels, the outcome of every file since the last batch) is
+   written in ONE transaction. A killed run leaves whole batches only; the next run skips what is
+   stored and finishes the job. The same SOPInstanceUID with other pixels is a 'conflict' and the
+   stored image is kept.
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime as dt
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from chexretrieve.encoders.base import Encoder
+from chexretrieve.ingest.config import IngestConfig
+from chexretrieve.ingest.decode_pool import Decoded, DecodePool, InlineDecoder, Rejected
+from chexretrieve.ingest.discover import Candidate, discover_files
+from chexretrieve.ingest.labels import LabelTable
+from chexretrieve.store import BatchItem, ImageRecord, Outcome, SourceStamp, Store
+
+
+class IngestError(RuntimeError):
+    """The run cannot go on (broken encoder, database failure); committed batches are kept.
+
+    ``report`` holds the outcomes recorded up to the stop (set by ``ingest_paths``).
+    """
+
+    report: IngestReport | None = None
+
+
+@dataclass
+class IngestReport:
+    run_id: int
+    database: str
+    encoder_id: str
+    started_at: str
+    finished_at: str = ""
+    status: str = "running"
+    seconds: float = 0.0
+    skipped_files: int = 0
+    labels_file: str | None = None
+    labelled_files: int = 0
+    unmatched_label_rows: int = 0
+    worker_restarts: int = 0
+    outcomes: list[Outcome] = field(default_factory=list)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        found = collections.Counter(o.outcome for o in self.outcomes)
+        names = ("ingested", "embedded", "already-present", "rejected", "conflict")
+        return {name: found.get(name, 0) for name in names}
+
+    @property
+    def reasons(self) -> dict[str, int]:
+        found = collections.Counter(
+            o.reason for o in self.outcomes if o.outcome in ("rejected", "conflict")
+        )
+        return dict(sorted(found.items()))
+
+    @property
+    def problems(self) -> int:
+        return sum(1 for o in self.outcomes if o.outcome in ("rejected", "conflict"))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "database": self.database,
+            "encoder_id": self.encoder_id,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "status": self.status,
+            "seconds": round(self.seconds, 3),
+            "counts": self.counts,
+            "reasons": self.reasons,
+            "skipped_files": self.skipped_files,
+            "labels_file": self.labels_file,
+            "labelled_files": self.labelled_files,
+            "unmatched_label_rows": self.unmatched_label_rows,
+            "worker_restarts": self.worker_restarts,
+            "files": [asdict(o) for o in self.outcomes],
+        }
+
+
+ProgressCallback = Callable[[int, int], None]  # (files done, files total)
+
+
+def record_from_radiograph(radiograph: Any, path: Path, split: str | None) -> ImageRecord:
+    """The store's image record for a decoded radiograph (``chexretrieve.dicom.Radiograph``)."""
+    meta = radiograph.metadata
+    spacing = meta.pixel_spacing or (None, None)
+    return ImageRecord(
+        sop_uid=meta.sop_uid,
+        study_uid=meta.study_uid,
+        pixel_sha256=radiograph.pixel_sha256,
+        series_uid=meta.series_uid,
+        patient_id=meta.patient_id,
+        patient_sex=meta.patient_sex,
+        patient_age_years=meta.patient_age_years,
+        study_date=meta.study_date,
+        view_position=meta.view_position,
+        manufacturer=meta.manufacturer,
+        body_part=meta.body_part,
+        photometric=meta.photometric,
+        modality=meta.modality,
+        pixel_rows=meta.rows,
+        pixel_columns=meta.columns,
+        pixel_spacing_row_mm=spacing[0],
+        pixel_spacing_col_mm=spacing[1],
+        transfer_syntax=meta.transfer_syntax,
+        source_format=meta.source_format,
+        source_path=str(path),
+        split=split,
+    )
+
+
+def default_reader():  # noqa: ANN201
+    from chexretrieve.dicom import read_radiograph
+
+    return read_radiograph
+
+
+def default_read_config():  # noqa: ANN201
+    from chexretrieve.dicom import ReadConfig
+
+    return ReadConfig()
+
+
+@dataclass
+class _Pending:
+    index: int
+    candidate: Candidate
+    stamp: SourceStamp | None
+    radiograph: Any = None
+
+
+class _Run:
+    """State of one ingest run (kept out of the public function for readability)."""
+
+    def __init__(self, store, encoder, config, labels, report, progress) -> None:  # noqa: ANN001
+        self.store: Store = store
+        self.encoder: Encoder = encoder
+        self.config: IngestConfig = config
+        self.labels: LabelTable | None = labels
+        self.report = report
+        self.progress = progress
+        self.total = 0
+        self.done = 0
+        self.results: dict[int, Outcome] = {}
+        self.decided: list[Outcome] = []
+        self.decided_index: list[int] = []
+        self.consecutive_embed_failures = 0
+
+    # ------------------------------------------------------------------ bookkeeping
+    def _advance(self, count: int) -> None:
+        self.done += count
+        if self.progress is not None:
+            self.progress(self.done, self.total)
+
+    def _labels_for(self, candidate: Candidate):  # noqa: ANN202
+        if self.labels is None:
+            return None
+        return self.labels.match(candidate.path, candidate.root)
+
+    def reject(self, index: int, candidate: Candidate, reason: str, message: str) -> None:
+        self.decided.append(Outcome(str(candidate.path), "rejected", reason, message))
+        self.decided_index.append(index)
+        if len(self.decided) >= 256:
+            self.flush([])
+
+    # ------------------------------------------------------------------ writing
+    def flush(self, batch: list[_Pending]) -> None:
+        """Embed what needs it and write the batch plus pending rejections in one transaction."""
+        items: list[BatchItem] = []
+        indices: list[int] = []
+        records: list[ImageRecord] = []
+        for pending in batch:
+            row = self._labels_for(pending.candidate)
+            split = (row.split if row is not None else None) or self.config.split
+            path = pending.candidate.path
+            records.append(record_from_radiograph(pending.radiograph, path, split))
+            items.append(
+                BatchItem(
+                    path=str(pending.candidate.path),
+                    record=records[-1],
+                    labels=row.labels if row is not None else None,
+                    stamp=pending.stamp,
+                )
+            )
+            indices.append(pending.index)
+            if row is not None:
+                self.report.labelled_files += 1
+        embed_positions = self._positions_needing_embedding(records)
+        failed = self._embed(batch, items, embed_positions)
+        keep = [i for i in range(len(items)) if i not in failed]
+        for position, message in failed.items():
+            self.decided.append(Outcome(items[position].path, "rejected", "embed-error", message))
+            self.decided_index.append(indices[position])
+        written = self.store.write_batch(
+            self.encoder.encoder_id,
+            [items[i] for i in keep],
+            run_id=self.report.run_id,
+            extra_outcomes=self.decided,
+        )
+        for position, outcome in zip(keep, written, strict=True):
+            self.results[indices[position]] = outcome
+        for index, outcome in zip(self.decided_index, self.decided, strict=True):
+            self.results[index] = outcome
+        self._advance(len(batch) + len(self.decided) - len(failed))
+        self.decided, self.decided_index = [], []
+        for pending in batch:
+            pending.radiograph = None  # free the pixels
+
+    def _positions_needing_embedding(self, records: list[ImageRecord]) -> list[int]:
+        known = self.store.find_images([r.sop_uid for r in records], self.encoder.encoder_id)
+        seen: set[str] = set()
+        positions = []
+        for position, record in enumerate(records):
+            if record.sop_uid in seen:
+                continue  # a second copy in this batch: the first one carries the embedding
+            seen.add(record.sop_uid)
+            stored = known.get(record.sop_uid)
+            if stored is None or (stored[1] == record.pixel_sha256 and not stored[2]):
+                positions.append(position)
+        return positions
+
+    def _embed(self, batch, items, positions) -> dict[int, str]:  # noqa: ANN001
+        """Fill items[p].embedding for p in positions; {position: message} for images that fail."""
+        if not positions:
+            return {}
+        images = [batch[p].radiograph.pixels for p in positions]
+        try:
+            vectors = self._checked(self.encoder.embed_images(images), len(images))
+            for p, vector in zip(positions, vectors, strict=True):
+                items[p].embedding = vector
+            self.consecutive_embed_failures = 0
+            return {}
+        except Exception:  # noqa: BLE001 - retried one by one to find the culprit
+            pass
+        failed: dict[int, str] = {}
+        for p, image in zip(positions, images, strict=True):
+            try:
+                items[p].embedding = self._checked(self.encoder.embed_images([image]), 1)[0]
+                self.consecutive_embed_failures = 0
+            except Exception as exc:  # noqa: BLE001
+                failed[p] = f"the encoder failed on this image: {type(exc).__name__}: {exc}"
+                self.consecutive_embed_failures += 1
+                if self.consecutive_embed_failures >= self.config.max_consecutive_embed_failures:
+                    raise IngestError(
+                        f"the encoder {self.encoder.encoder_id} failed on "
+                        f"{self.consecutive_embed_failures} images in a row (last: {exc}); "
+                        "stopping: the encoder, not the archive, is probably broken"
+                    ) from exc
+        return failed
+
+    def _checked(self, vectors: np.ndarray, n: int) -> np.ndarray:
+        array = np.asarray(vectors, dtype=np.float32)
+        if array.shape != (n, self.encoder.embed_dim) or not np.all(np.isfinite(array)):
+            raise ValueError(
+                f"encoder returned shape {array.shape} (finite: {np.all(np.isfinite(array))}); "
+                f"expected ({n}, {self.encoder.embed_dim}) finite values"
+            )
+        return array
+
+
+def ingest_paths(
+    paths: Sequence[str | os.PathLike[str]],
+    store: Store,
+    encoder: Encoder,
+    config: IngestConfig | None = None,
+    *,
+    labels: LabelTable | None = None,
+    read_config: Any = None,
+    reader: Callable[[str, Any], Any] | None = None,
+    progress: ProgressCallback | None = None,
+) -> IngestReport:
+    """Ingest every file under ``paths`` into ``store`` with ``encoder``; the report lists every
+    file's outcome. ValueError for a missing path; IngestError when the run cannot go on."""
+    config = config or IngestConfig()
+    reader = reader or default_reader()
+    read_config = read_config if read_config is not None else default_read_config()
+    discovery = discover_files(list(paths), config)
+    store.register_encoder(encoder.encoder_id, encoder.embed_dim, encoder.inv_temperature)
+    settings = {
+        "paths": [str(p) for p in paths],
+        "labels": str(labels.source) if labels is not None else None,
+        **asdict(config),
+    }
+    run_id = store.start_run(encoder.encoder_id, settings)
+    started = time.perf_counter()
+    report = IngestReport(
+        run_id=run_id,
+        database=store.label,
+        encoder_id=encoder.encoder_id,
+        started_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        skipped_files=discovery.skipped,
+        labels_file=str(labels.source) if labels is not None else None,
+    )
+    run = _Run(store, encoder, config, labels, report, progress)
+    run.total = len(discovery.candidates)
+    try:
+        _execute(run, discovery.candidates, reader, read_config)
+    except KeyboardInterrupt:
+        _finish(run, report, started, "interrupted")
+        raise
+    except IngestError as exc:
+        _finish(run, report, started, "failed")
+        exc.report = report
+        raise
+    except Exception as exc:
+        _finish(run, report, started, "failed")
+        error = IngestError(
+            f"the run stopped: {type(exc).__name__}: {exc}; committed batches are kept, run "
+            "again to resume"
+        )
+        error.report = report
+        raise error from exc
+    _finish(run, report, started, "completed")
+    return report
+
+
+def _finish(run: _Run, report: IngestReport, started: float, status: str) -> None:
+    report.outcomes = [run.results[i] for i in sorted(run.results)]
+    report.status = status
+    report.seconds = time.perf_counter() - started
+    report.finished_at = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    if run.labels is not None:
+        report.unmatched_label_rows = run.labels.unmatched_rows
+    try:
+        run.store.finish_run(report.run_id, status, report.counts)
+    except Exception:  # noqa: BLE001 - the original error matters more
+        if status == "completed":
+            raise
+
+
+def _execute(run: _Run, candidates: list[Candidate], reader, read_config) -> None:  # noqa: ANN001
+    config = run.config
+    to_decode: list[_Pending] = []
+    stamps: dict[int, SourceStamp] = {}
+    for index, candidate in enumerate(candidates):
+        try:
+            info = candidate.path.stat()
+            stamps[index] = SourceStamp(str(candidate.path), info.st_size, info.st_mtime_ns)
+        except OSError as exc:
+            run.reject(index, candidate, "unreadable", f"cannot stat the file: {exc.strerror}")
+    unchanged = run.store.unchanged_sources(list(stamps.values()), run.encoder.encoder_id)
+    shortcut: list[tuple[int, BatchItem]] = []
+    for index, candidate in enumerate(candidates):
+        if index not in stamps:
+            continue
+        image_id = unchanged.get(str(candidate.path))
+        if image_id is None:
+            to_decode.append(_Pending(index, candidate, stamps[index]))
+            continue
+        row = run._labels_for(candidate)
+        if row is not None:
+            run.report.labelled_files += 1
+        item = BatchItem(
+            str(candidate.path),
+            labels=row.labels if row is not None else None,
+            stamp=stamps[index],
+            known_image_id=image_id,
+        )
+        shortcut.append((index, item))
+    for start in range(0, len(shortcut), 512):
+        part = shortcut[start : start + 512]
+        outcomes = run.store.write_batch(
+            run.encoder.encoder_id, [item for _, item in part], run_id=run.report.run_id
+        )
+        for (index, _), outcome in zip(part, outcomes, strict=True):
+            run.results[index] = outcome
+        run._advance(len(part))
+
+    workers = config.resolved_workers
+    if workers == 0 or not to_decode:
+        decoder = InlineDecoder(reader, read_config)
+    else:
+        decoder = DecodePool(
+            min(workers, len(to_decode)),
+            reader,
+            read_config,
+            timeout_s=config.file_timeout_s,
+            memory_mb=config.worker_memory_mb,
+            start_method=config.start_method,
+        )
+    in_flight_limit = config.batch_size * (config.prefetch_batches + 1) + max(workers, 1)
+    with decoder:
+        submitted = 0
+        while submitted < len(to_decode) and submitted < in_flight_limit:
+            decoder.submit(submitted, str(to_decode[submitted].candidate.path))
+            submitted += 1
+        batch: list[_Pending] = []
+        for received in range(1, len(to_decode) + 1):
+            task_id, result = decoder.get()
+            if submitted < len(to_decode):
+                decoder.submit(submitted, str(to_decode[submitted].candidate.path))
+                submitted += 1
+            pending = to_decode[task_id]
+            if isinstance(result, Rejected):
+                run.reject(pending.index, pending.candidate, result.reason, result.message)
+            elif isinstance(result, Decoded):
+                pending.radiograph = result.radiograph
+                batch.append(pending)
+            if len(batch) >= config.batch_size or received == len(to_decode):
+                run.flush(batch)
+                batch = []
+        run.report.worker_restarts = decoder.restarts
+    if run.decided:
+        run.flush([])

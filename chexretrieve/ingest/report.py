@@ -1,0 +1,68 @@
+"""The end of an ingest run: the JSON report file and the summary tables."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from chexretrieve.ingest.pipeline import IngestReport
+
+#: what each ingest-level reason code means (reader codes are in chexretrieve.dicom.errors)
+INGEST_REASONS = {
+    "timeout": "decoding took longer than IngestConfig.file_timeout_s; the worker was stopped",
+    "worker-crash": "the decoding process died (codec crash, memory cap)",
+    "embed-error": "the encoder failed on this image",
+    "unreadable": "the file could not be opened or read",
+    "same-uid-different-pixels": "conflict: the SOPInstanceUID is stored with other pixels",
+}
+
+
+def write_report(report: IngestReport, path: str | Path) -> Path:
+    """Write the JSON report (every file with its outcome and reason); returns the path."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temporary = target.with_name(target.name + ".partial")
+    temporary.write_text(json.dumps(report.to_dict(), indent=2) + "\n", encoding="utf-8")
+    temporary.replace(target)
+    return target
+
+
+def render_summary(report: IngestReport, console) -> None:  # noqa: ANN001
+    """Print the outcome counts and the reason counts as rich tables."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    counts = report.counts
+    total = sum(counts.values())
+    rate = total / report.seconds if report.seconds > 0 else 0.0
+    console.print(
+        f"ingest run {report.run_id} {report.status}: {total} files in {report.seconds:.1f} s "
+        f"({rate:.1f} files/s)"
+    )
+    table = Table()
+    table.add_column("outcome")
+    table.add_column("files", justify="right")
+    for name, count in counts.items():
+        table.add_row(name, str(count))
+    if report.skipped_files:
+        table.add_row("[dim]skipped (other endings, hidden)[/dim]", str(report.skipped_files))
+    console.print(table)
+    if report.reasons:
+        reasons = Table()
+        reasons.add_column("rejected / conflict reason")
+        reasons.add_column("files", justify="right")
+        reasons.add_column("example")
+        examples = {}
+        for outcome in report.outcomes:
+            if outcome.reason and outcome.reason not in examples:
+                examples[outcome.reason] = outcome.detail or Path(outcome.path).name
+        for reason, count in report.reasons.items():
+            example = examples.get(reason, "")
+            reasons.add_row(reason, str(count), escape(example[:100]))
+        console.print(reasons)
+    if report.labels_file:
+        console.print(
+            f"labels: {report.labelled_files} files matched rows of {escape(report.labels_file)}; "
+            f"{report.unmatched_label_rows} rows matched no file"
+        )
+    console.print(f"encoder {escape(report.encoder_id)} -> {escape(report.database)}")
