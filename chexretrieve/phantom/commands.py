@@ -66,3 +66,10 @@ def sheet_command(
         raise typer.BadParameter(str(exc)) from exc
     contact_sheet(out, seed=seed, config=config)
     typer.echo(f"wrote {out}")
+
+
+# the phantom encoder's training and evaluation commands live beside the training code
+from chexretrieve.phantom.training_commands import train_command, zero_shot_command  # noqa: E402
+
+phantom_app.command("train")(train_command)
+phantom_app.command("zero-shot")(zero_shot_command)

@@ -58,6 +58,8 @@ class PhantomTrainingConfig:
     image_size: int = 128
     # side of the generated phantoms, shrunk to image_size exactly as the encoder shrinks its input
     render_size: int = 256
+    # multiplies the phantom world's finding prevalence for training (more examples of rare signs)
+    prevalence: float = 1.0
     # channels of the patch stem, then of each residual stage (each stage halves the resolution)
     widths: tuple[int, ...] = (32, 64, 128, 256)
     # residual blocks per stage
@@ -161,11 +163,6 @@ class TrainingResult:
     logit_scale: float  # the learned log inverse temperature
 
 
-def case_split(case: Any) -> str:
-    """'train' or 'valid' for a generated case (the generator splits by patient)."""
-    return str(case.metadata["split"])
-
-
 def finding_prompts(templates: Sequence[str]) -> list[str]:
     """Every template filled with every finding name in lower case, template-major."""
     return [template.format(name.lower()) for template in templates for name in FINDINGS]
@@ -176,29 +173,41 @@ def draw_training_cases(
     generate: CaseGenerator,
     progress: Callable[[int], None] | None = None,
 ) -> list[Any]:
-    """The first ``config.n_images`` training-split cases of the world ``config.seed``."""
+    """The first ``config.n_images`` training-split cases of the world ``config.seed``.
+
+    With ``config.threads`` > 1 the cases are drawn by that many forked worker processes (numpy
+    only); the order, and so the result, does not depend on the number of workers.
+    """
+    from chexretrieve.phantom.zero_shot import split_indices
+
     world = phantom_world_config(config)
-    cases = []
-    index = 0
-    while len(cases) < config.n_images:
-        case = generate(config.seed, index, world)
-        if case_split(case) == "train":
-            case.metadata["index"] = index
-            cases.append(case)
-            if progress is not None:
-                progress(1)
-        index += 1
-        if index > 4 * config.n_images + 100:
-            raise ValueError(
-                "the phantom generator produced almost no training-split cases; "
-                "lower PhantomConfig.valid_fraction"
-            )
-    return cases
+    indices = split_indices(config.seed, "train", config.n_images, world)
+    jobs = [(generate, config.seed, index, world) for index in indices]
+    if config.threads == 1:
+        results = map(_draw_one, jobs)
+        return [_advance(case, progress) for case in results]
+    import multiprocessing
+
+    with multiprocessing.get_context("fork").Pool(config.threads) as pool:
+        return [_advance(case, progress) for case in pool.imap(_draw_one, jobs, chunksize=8)]
+
+
+def _draw_one(job: tuple[CaseGenerator, int, int, PhantomConfig]) -> Any:
+    generate, seed, index, world = job
+    case = generate(seed, index, world)
+    case.metadata["index"] = index
+    return case
+
+
+def _advance(case: Any, progress: Callable[[int], None] | None) -> Any:
+    if progress is not None:
+        progress(1)
+    return case
 
 
 def phantom_world_config(config: PhantomTrainingConfig) -> PhantomConfig:
     """The generator settings the training images are drawn with."""
-    return PhantomConfig(size=config.render_size)
+    return PhantomConfig(size=config.render_size, prevalence=config.prevalence)
 
 
 def build_training_set(
@@ -449,7 +458,7 @@ def train_phantom_encoder(
         "final_loss": float(np.mean(losses[-20:])) if losses else float("nan"),
         "seconds": round(seconds, 1),
         "device": device.type,
-        "torch": torch.__version__,
+        "torch": str(torch.__version__),
         "training_prompts": [list(pair) for pair in TRAINING_PROMPT_PAIRS],
     }
     sha = save_phantom_weights(

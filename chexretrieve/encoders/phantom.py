@@ -1,0 +1,125 @@
+"""The offline default encoder ``phantom``: a small CNN trained here on phantom radiographs
+against the frozen all-MiniLM-L6-v2 text tower.
+
+It is a simulation model. It has only ever seen procedurally generated phantoms, so its embeddings
+mean nothing for real radiographs; it exists so the pipeline runs end to end offline.
+
+    encoder = load_phantom_encoder(None)            # the bundled weights
+    encoder = load_phantom_encoder("my-run.pt")     # weights from `chexretrieve phantom train`
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from chexretrieve.encoders.base import check_greyscale_images, check_texts, unit_rows
+from chexretrieve.encoders.checkpoint import SHORT_HASH_LENGTH
+from chexretrieve.encoders.config import EncoderConfig
+from chexretrieve.encoders.device import inference_context, resolve_batch_size, select_device
+from chexretrieve.encoders.phantom_model import (
+    MAX_LOGIT_SCALE,
+    ImageTower,
+    MiniLMSentenceEncoder,
+    TextProjection,
+    images_to_tensor,
+    load_towers,
+    read_phantom_weights,
+)
+
+#: the weights bundled with the package and used when no path is given
+DEFAULT_PHANTOM_WEIGHTS = Path(__file__).resolve().parent / "weights" / "phantom-v1.pt"
+
+#: (texts) -> (n, 384) unit MiniLM sentence embeddings; replaceable in tests
+SentenceEncoder = Callable[[Sequence[str]], torch.Tensor]
+
+
+class PhantomEncoder:
+    """An ``Encoder`` over one phantom weights file (image CNN + projected frozen MiniLM)."""
+
+    def __init__(
+        self,
+        image_tower: ImageTower,
+        projection: TextProjection,
+        architecture: dict[str, Any],
+        logit_scale: float,
+        weights_hash: str,
+        config: EncoderConfig | None = None,
+        source: Path | None = None,
+        sentence_encoder: SentenceEncoder | None = None,
+        provenance: dict[str, Any] | None = None,
+    ) -> None:
+        self.config = config or EncoderConfig()
+        self.device = select_device(self.config.device)
+        self.batch_size = resolve_batch_size(self.config.batch_size, self.device)
+        self.image_tower = image_tower.eval().to(self.device)
+        self.projection = projection.eval().to(self.device)
+        self.architecture = dict(architecture)
+        self.image_size = int(architecture["image_size"])
+        self.source = source
+        self.provenance = provenance or {}
+        self.encoder_id = f"phantom:{weights_hash[:SHORT_HASH_LENGTH]}"
+        self.embed_dim = int(architecture["embed_dim"])
+        self.logit_scale = float(logit_scale)
+        self.inv_temperature = math.exp(min(self.logit_scale, MAX_LOGIT_SCALE))
+        self._sentence_encoder = sentence_encoder
+
+    def __repr__(self) -> str:
+        return f"PhantomEncoder({self.encoder_id}, {self.source}, device={self.device})"
+
+    def embed_images(self, images: Sequence[np.ndarray]) -> np.ndarray:
+        images = check_greyscale_images(images)
+        out = np.zeros((len(images), self.embed_dim), dtype=np.float32)
+        mean, std = self.architecture["pixel_mean"], self.architecture["pixel_std"]
+        for start in range(0, len(images), self.batch_size):
+            chunk = images[start : start + self.batch_size]
+            pixels = images_to_tensor(chunk, self.image_size, mean, std).to(self.device)
+            with inference_context(self.device, self.config.use_autocast):
+                features = self.image_tower(pixels)
+            out[start : start + len(chunk)] = unit_rows(features.float().cpu().numpy())
+        return out
+
+    def embed_texts(self, texts: Sequence[str]) -> np.ndarray:
+        texts = check_texts(texts)
+        out = np.zeros((len(texts), self.embed_dim), dtype=np.float32)
+        if not texts:
+            return out
+        sentences = self.sentence_encoder(texts)
+        with inference_context(self.device, self.config.use_autocast):
+            features = self.projection(sentences.to(self.device))
+        out[:] = unit_rows(features.float().cpu().numpy())
+        return out
+
+    @property
+    def sentence_encoder(self) -> SentenceEncoder:
+        """The frozen MiniLM, loaded on first use (image-only work never pays for it)."""
+        if self._sentence_encoder is None:
+            self._sentence_encoder = MiniLMSentenceEncoder(self.device)
+        return self._sentence_encoder
+
+
+def load_phantom_encoder(
+    path: str | Path | None = None,
+    config: EncoderConfig | None = None,
+    sentence_encoder: SentenceEncoder | None = None,
+) -> PhantomEncoder:
+    """The phantom encoder from a weights file; ``None`` means the bundled default weights."""
+    source = DEFAULT_PHANTOM_WEIGHTS if path is None else Path(path)
+    record, digest = read_phantom_weights(source)
+    image_tower, projection = load_towers(record, source)
+    return PhantomEncoder(
+        image_tower,
+        projection,
+        record["architecture"],
+        record["logit_scale"],
+        digest,
+        config=config,
+        source=source,
+        sentence_encoder=sentence_encoder,
+        provenance=record.get("provenance", {}),
+    )
