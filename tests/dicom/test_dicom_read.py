@@ -157,6 +157,19 @@ def test_pydicom_mr_twins_decode_pixel_identical(twin):
     np.testing.assert_array_equal(other.pixels, plain.pixels)
 
 
+@pytest.mark.parametrize(
+    "name",
+    ["JPEG-LL.dcm", "JPGLosslessP14SV1_1s_1f_8b.dcm", "JPEG2000.dcm", "image_dfl.dcm",
+     "693_J2KR.dcm"],
+)  # fmt: skip
+def test_other_shipped_encodings_decode_like_pydicom(name):
+    path = get_testdata_file(name)
+    rad = read_radiograph(path, ADMIT_ALL)
+    reference = pydicom.dcmread(path).pixel_array
+    assert rad.pixel_sha256 == naive_sha256(reference)
+    assert rad.pixels.shape == reference.shape and np.isfinite(rad.pixels).all()
+
+
 def test_rg1_chest_radiograph_in_four_encodings():
     rads = {n: read_radiograph(get_testdata_file(f"RG1_{n}.dcm")) for n in ("UNCI", "J2KI", "UNCR",
                                                                           "J2KR")}  # fmt: skip
