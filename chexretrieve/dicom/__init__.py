@@ -11,7 +11,13 @@ from chexretrieve.dicom.errors import REJECTION_REASONS, RejectedFile
 from chexretrieve.dicom.fields import list_text_fields
 from chexretrieve.dicom.metadata import RadiographMetadata, parse_age_string, parse_date
 from chexretrieve.dicom.pixels import pixel_sha256, render_for_display, uid_from_sha256
-from chexretrieve.dicom.read import Radiograph, read_dicom_header, read_radiograph, sniff_format
+from chexretrieve.dicom.read import (
+    Radiograph,
+    pydicom_test_file,
+    read_dicom_header,
+    read_radiograph,
+    sniff_format,
+)
 
 __all__ = [
     "GDCM_AVAILABLE",
@@ -24,6 +30,7 @@ __all__ = [
     "parse_age_string",
     "parse_date",
     "pixel_sha256",
+    "pydicom_test_file",
     "read_dicom_header",
     "read_radiograph",
     "render_for_display",

@@ -106,6 +106,22 @@ def read_dicom_header(
     return _guarded(Path(path), lambda p, notes: _read_header(p, config, notes))
 
 
+def pydicom_test_file(name: str) -> Path:
+    """Path of a sample file shipped with pydicom or pydicom-data, e.g. ``'RG1_UNCI.dcm'``.
+
+    Never downloads (pydicom's default would try GitHub for a name it lacks); ValueError if absent.
+    """
+    from pydicom.data import get_testdata_file
+
+    found = get_testdata_file(name, download=False)
+    if not isinstance(found, str):
+        raise ValueError(
+            f"{name!r} is not among pydicom's local test files; install pydicom-data "
+            "(the dev extra) or check the name"
+        )
+    return Path(found)
+
+
 # ---------------------------------------------------------------------------------- guard
 
 

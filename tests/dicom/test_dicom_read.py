@@ -37,6 +37,7 @@ from chexretrieve.dicom import (
     list_text_fields,
     parse_age_string,
     parse_date,
+    pydicom_test_file,
     read_dicom_header,
     read_radiograph,
     render_for_display,
@@ -367,6 +368,12 @@ def test_rejected_file_pickles_and_knows_its_reasons():
     assert {"not-dicom", "empty-file", "truncated", "too-large", "decode-error"} <= set(
         REJECTION_REASONS
     )
+
+
+def test_pydicom_test_file_finds_local_files_and_never_downloads():
+    assert pydicom_test_file("RG1_UNCI.dcm").name == "RG1_UNCI.dcm"
+    with pytest.raises(ValueError, match="not among pydicom's local test files"):
+        pydicom_test_file("no_such_file_anywhere.dcm")
 
 
 def test_read_config_rejects_bad_settings():
