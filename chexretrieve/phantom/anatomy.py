@@ -53,19 +53,24 @@ class Anatomy:
 
 
 class Layers:
-    """The fields a phantom is composed from (all float32, frame-sized)."""
+    """The fields a phantom is composed from (float32).
 
-    def __init__(self, size: int):
-        shape = (size, size)
-        self.soft = np.zeros(shape, np.float32)  # soft-tissue attenuation
-        self.dense = np.zeros(shape, np.float32)  # bone, solid lesions, pleura (adds)
-        self.lung = np.zeros(shape, np.float32)  # aerated-lung mask (0..1)
-        self.fill = np.zeros(shape, np.float32)  # airspace filling (0 = air, 1 = fluid/tissue)
-        self.markings = np.zeros(shape, np.float32)  # where lung markings show (0 in pneumothorax)
-        self.metal = np.zeros(shape, np.float32)  # devices (near white)
-        self.lucent = np.zeros(shape, np.float32)  # extra air outside the lung (pneumothorax)
-        self.vessels = np.zeros(shape, np.float32)  # pulmonary vessel pattern (0..1)
-        self.lines = np.zeros(shape, np.float32)  # fine bright lines (pleural line, septal lines)
+    Smooth fields live on `lo` (half resolution for even sizes >= 192, else full), fine detail on
+    `hi` (the output resolution); `compose` upsamples the smooth ones once.
+    """
+
+    def __init__(self, hi: Frame, lo: Frame):
+        self.hi, self.lo = hi, lo
+        small, big = (lo.size, lo.size), (hi.size, hi.size)
+        self.soft = np.zeros(small, np.float32)  # soft-tissue attenuation
+        self.lung = np.zeros(small, np.float32)  # aerated-lung mask (0..1)
+        self.fill = np.zeros(small, np.float32)  # airspace filling (0 = air, 1 = fluid/tissue)
+        self.markings = np.zeros(small, np.float32)  # where lung markings show (0 = pneumothorax)
+        self.lucent = np.zeros(small, np.float32)  # air outside the lung (trachea, pneumothorax)
+        self.dense = np.zeros(big, np.float32)  # bone, solid lesions, calcification (adds)
+        self.vessels = np.zeros(big, np.float32)  # pulmonary vessel pattern (0..1)
+        self.lines = np.zeros(big, np.float32)  # fine bright lines (septal lines, plaques)
+        self.metal = np.zeros(big, np.float32)  # devices (near white)
 
 
 def lung_level(anatomy: Anatomy, side: int, X: np.ndarray, Y: np.ndarray, shrink: float = 1.0):
@@ -108,9 +113,8 @@ def heart_mask(anatomy: Anatomy, X: np.ndarray, Y: np.ndarray, edge: float = 0.0
 def mediastinum_mask(anatomy: Anatomy, win: Window) -> np.ndarray:
     X, Y = win.X, win.Y
     bump = ramp(1.0 - ((Y + 0.36) * (1 / 0.09)) ** 2, 1.0)
-    widen = 1.0 + (anatomy.mediastinum_widening - 1.0) * ramp(
-        1.0 - ((Y + 0.25) * (1 / 0.45)) ** 2, 1.0
-    )
+    profile = ramp(1.0 - ((Y + 0.3) * (1 / 0.5)) ** 2, 0.4)
+    widen = 1.0 + (anatomy.mediastinum_widening - 1.0) * profile
     right = anatomy.mid_x - (0.095 + 0.02 * ramp(Y + 0.2, 1.0)) * widen
     left = anatomy.mid_x + (0.1 + anatomy.knob * bump) * widen
     return ramp(X - right, 0.02) * ramp(left - X, 0.02) * ramp(0.45 - Y, 0.05)
@@ -122,10 +126,10 @@ def hemithorax_window(frame: Frame, anatomy: Anatomy, side: int, y0=-0.8, y1=0.9
     return frame.window(min(x_lo, x_hi), max(x_lo, x_hi), y0, y1)
 
 
-def draw_anatomy(frame: Frame, anatomy: Anatomy, layers: Layers) -> None:
+def draw_anatomy(anatomy: Anatomy, layers: Layers) -> None:
     """Draw the normal anatomy into the layers."""
-    X, Y = frame.X, frame.Y
-    a = anatomy
+    lo, hi, a = layers.lo, layers.hi, anatomy
+    X, Y = lo.X, lo.Y
     # torso: neck, sloping shoulders, chest wall thinning towards the edges
     rel = np.abs(X - np.float32(a.mid_x))
     width = a.body_half_width * (1.06 - 0.08 * ramp(Y + 0.4, 1.2))
@@ -137,13 +141,13 @@ def draw_anatomy(frame: Frame, anatomy: Anatomy, layers: Layers) -> None:
     for side in (-1, 1):
         # humeral heads at the shoulders
         hx = a.side_x(side, a.body_half_width * 1.02)
-        win = frame.window(hx - 0.14, hx + 0.14, -0.95, -0.55)
+        win = hi.window(hx - 0.14, hx + 0.14, -0.95, -0.55)
         if win is not None:
             r2 = (win.X - hx) ** 2 + (win.Y + 0.74) ** 2
             layers.dense[win.sl] += ramp(0.012 - r2, 0.004) * (0.08 + 0.1 * ramp(r2 - 0.009, 0.003))
     # lungs (each in its own block)
     for side in (-1, 1):
-        win = hemithorax_window(frame, a, side, a.lung_top - 0.05, max(a.dome) + 0.25)
+        win = hemithorax_window(lo, a, side, a.lung_top - 0.05, max(a.dome) + 0.25)
         if win is None:
             continue
         level = lung_level(a, side, win.X, win.Y)
@@ -152,38 +156,39 @@ def draw_anatomy(frame: Frame, anatomy: Anatomy, layers: Layers) -> None:
         np.maximum(layers.lung[win.sl], lung, out=layers.lung[win.sl])
     hx, hy = a.heart_center
     reach = max(a.heart_axes) + 0.05
-    win = frame.window(hx - reach, hx + reach, hy - reach, hy + reach)
+    win = lo.window(hx - reach, hx + reach, hy - reach, hy + reach)
     if win is not None:
         heart = heart_mask(a, win.X, win.Y)
         layers.lung[win.sl] *= 1.0 - 0.85 * heart
-        layers.dense[win.sl] += heart * 0.03
-    med_win = frame.window(a.mid_x - 0.5, a.mid_x + 0.5, -1.3, 0.6)
+        layers.soft[win.sl] += heart * 0.03
+    med_win = lo.window(a.mid_x - 0.5, a.mid_x + 0.5, -1.3, 0.6)
     if med_win is not None:
         layers.lung[med_win.sl] *= 1.0 - mediastinum_mask(a, med_win)
     layers.markings[:] = layers.lung
-    _draw_trachea(frame, a, layers)
-    _draw_spine(frame, a, layers)
-    _draw_ribs(frame, a, layers)
-    _draw_clavicles(frame, a, layers)
+    _draw_trachea(lo, a, layers)
+    _draw_spine(hi, a, layers)
+    _draw_ribs(hi, a, layers)
+    _draw_clavicles(hi, a, layers)
     if a.breast > 0:
         for side in (-1, 1):
-            win = frame.window(a.side_x(side, 0.1), a.side_x(side, 1.0), 0.15, 1.1)
+            win = lo.window(a.side_x(side, 0.1), a.side_x(side, 1.0), 0.05, 1.1)
             if win is not None:
                 xm = side * (win.X - a.mid_x)
-                e = ((xm - 0.5) / 0.42) ** 2 + ((win.Y - 0.72) / 0.34) ** 2
+                e = ((xm - 0.52) * (1 / 0.42)) ** 2 + ((win.Y - 0.55) * (1 / 0.3)) ** 2
                 layers.soft[win.sl] += ramp(1.0 - e, 0.25) * a.breast
     if a.gastric_bubble > 0:
-        win = frame.window(a.side_x(1, 0.1), a.side_x(1, 0.7), a.dome[1], a.dome[1] + 0.3)
+        win = lo.window(a.side_x(1, 0.1), a.side_x(1, 0.7), a.dome[1], a.dome[1] + 0.3)
         if win is not None:
             xm = win.X - a.mid_x
             e = ((xm - 0.38) / 0.11) ** 2 + ((win.Y - a.dome[1] - 0.13) / 0.06) ** 2
             layers.soft[win.sl] -= ramp(1.0 - e, 0.3) * 0.25 * a.gastric_bubble
-    size = atlas_size(frame.size)
-    index = atlas_index(frame, size)
+    size = atlas_size(hi.size)
+    index = atlas_index(hi, size)
     layers.vessels[:] = np.take(vessel_atlas(size)[a.vessel_atlas].reshape(-1), index)
 
 
 def _draw_trachea(frame: Frame, a: Anatomy, layers: Layers) -> None:
+    """Trachea and main bronchi (air, on the smooth frame)."""
     win = frame.window(a.mid_x - 0.3, a.mid_x + 0.3, -1.3, 0.0)
     if win is None:
         return
@@ -212,48 +217,77 @@ def _draw_spine(frame: Frame, a: Anatomy, layers: Layers) -> None:
     layers.dense[win.sl] += column * (0.05 + 0.035 * body) + pedicle * 0.04
 
 
+def _rib_tables() -> tuple[np.ndarray, np.ndarray]:
+    """Density along the rib phase for all posterior ribs (a band with brighter cortex per
+    period) and for the anterior ribs; zero outside the drawn ribs."""
+    f = (np.arange(RIB_COUNT * RIB_TABLE) + 0.5) / RIB_TABLE % 1.0
+    band = np.clip(f / 0.06, 0, 1) * np.clip((0.42 - f) / 0.06, 0, 1)
+    posterior = band * (0.8 + 0.4 * np.abs(f * (2 / 0.42) - 1.0))
+    posterior[-1] = 0.0
+    f2 = (np.arange(ANTERIOR_COUNT * RIB_TABLE) + 0.5) / RIB_TABLE % 1.0
+    anterior = np.clip(f2 / 0.1, 0, 1) * np.clip((0.4 - f2) / 0.1, 0, 1)
+    anterior[-1] = 0.0
+    return posterior.astype(np.float32), anterior.astype(np.float32)
+
+
+#: samples per rib period in the rib tables
+RIB_TABLE = 256
+#: how many posterior / anterior ribs are drawn
+RIB_COUNT, ANTERIOR_COUNT = 11, 6
+_POSTERIOR, _ANTERIOR = _rib_tables()
+
+
+def rib_phase(a: Anatomy, xm: np.ndarray, Y: np.ndarray) -> np.ndarray:
+    """Continuous rib number at each point: rib k occupies phases [k, k + 0.42)."""
+    u = Y - xm * (0.5 * xm - 0.16) - np.float32(a.lung_top - 0.05 + a.rib_phase)
+    np.maximum(u, np.float32(-0.2), out=u)
+    return u * (np.float32(1.0 / a.rib_spacing) - np.float32(0.55 / a.rib_spacing) * u)
+
+
 def _draw_ribs(frame: Frame, a: Anatomy, layers: Layers) -> None:
     fractures = a.extra.get("rib_fractures", [])
+    s = a.lung_scale
     for side in (-1, 1):
-        x_lo, x_hi = a.side_x(side, 0.0), a.side_x(side, 1.05 * a.lung_scale)
-        win = frame.window(min(x_lo, x_hi), max(x_lo, x_hi), a.lung_top - 0.12, 0.95)
+        x_lo, x_hi = a.side_x(side, 0.0), a.side_x(side, 0.95 * s)
+        y_end = a.dome[0 if side < 0 else 1] + 0.3
+        win = frame.window(min(x_lo, x_hi), max(x_lo, x_hi), a.lung_top - 0.12, y_end)
         if win is None:
             continue
-        xm = side * (win.X - a.spine_x)
-        s = a.lung_scale
-        cage = ramp(0.9 * s - xm, 0.04) * ramp(xm - 0.03, 0.03)
-        # posterior ribs: arch up from the spine then down at the lateral wall
-        u = win.Y - (-0.16 * xm + 0.5 * xm * xm) - (a.lung_top - 0.05) - a.rib_phase
-        u = np.maximum(u, -0.2)
-        phase = u * (1.0 / a.rib_spacing) - 0.55 * u * u * (1.0 / a.rib_spacing)
-        for fx, fy, shift, rib_side in fractures:
+        xm = (win.X - np.float32(a.spine_x)) * np.float32(side)
+        phase = rib_phase(a, xm, win.Y)
+        gaps = []
+        for fx, rib, shift, rib_side in fractures:
             if rib_side != side:
                 continue
-            # a displaced segment lateral to the break, tapering back over 0.2 units
+            # the fragment lateral to the break is displaced (tapering back over 0.22 units);
+            # only rib `rib` and its interspaces move, so the neighbours stay whole
             along = xm - fx
-            taper = np.clip(1.0 - along / 0.22, 0.0, 1.0) * (along > 0)
-            near = ramp(0.07 - np.abs(win.Y - fy), 0.03)
-            phase = phase + shift * taper * near
-        k = np.floor(phase)
-        frac = phase - k
-        band = ramp(frac, 0.06) * ramp(0.42 - frac, 0.06)
-        cortex = 0.8 + 0.4 * np.abs(frac * (2 / 0.42) - 1.0)
-        valid = (k >= 0) & (k <= 10)
-        posterior = band * cortex * valid * cage
-        for fx, fy, _shift, rib_side in fractures:
-            if rib_side != side:
-                continue
-            gap = ramp(0.012 - np.abs(xm - fx), 0.006) * ramp(0.06 - np.abs(win.Y - fy), 0.02)
-            posterior *= 1.0 - 0.95 * gap
-        # anterior ribs: fainter, sloping down towards the sternum
-        u2 = win.Y + 0.38 * xm - (a.lung_top + 0.12) - a.rib_phase
-        phase2 = u2 * (1.0 / (a.rib_spacing * 1.25))
-        k2 = np.floor(phase2)
-        f2 = phase2 - k2
-        anterior = ramp(f2, 0.1) * ramp(0.4 - f2, 0.1) * (k2 >= 0) * (k2 <= 5)
-        anterior *= ramp(xm - 0.3, 0.1) * cage
-        depth = ramp(a.dome[0 if side < 0 else 1] + 0.25 - win.Y, 0.2)
-        layers.dense[win.sl] += (0.11 * posterior + 0.04 * anterior) * depth
+            on_rib = (phase >= rib - 0.3) & (phase < rib + 0.75)
+            gaps.append(ramp(0.026 - np.abs(along), 0.01) * on_rib)
+            phase += (min(shift, 0.3) * on_rib) * ramp(0.22 - along, 0.22) * (along > 0)
+        phase *= np.float32(RIB_TABLE)
+        index = np.clip(phase, 0, RIB_COUNT * RIB_TABLE - 1, out=phase).astype(np.int32)
+        posterior = _POSTERIOR[index]
+        for gap in gaps:
+            posterior *= 1.0 - 0.9 * gap
+        posterior *= ramp(0.9 * s - xm, 0.04)
+        posterior *= ramp(np.float32(y_end) - win.Y, 0.2)
+        posterior *= np.float32(0.11)
+        layers.dense[win.sl] += posterior
+        # anterior ribs: fainter, sloping down towards the sternum, lateral to the cartilage
+        x_lo2 = a.side_x(side, 0.25)
+        win2 = frame.window(min(x_lo2, x_hi), max(x_lo2, x_hi), a.lung_top - 0.12, y_end - 0.25)
+        if win2 is None:
+            continue
+        xm2 = (win2.X - np.float32(a.spine_x)) * np.float32(side)
+        phase2 = win2.Y + 0.38 * xm2
+        phase2 -= np.float32(a.lung_top + 0.12 + a.rib_phase)
+        phase2 *= np.float32(RIB_TABLE / (a.rib_spacing * 1.25))
+        index2 = np.clip(phase2, 0, ANTERIOR_COUNT * RIB_TABLE - 1, out=phase2).astype(np.int32)
+        anterior = _ANTERIOR[index2]
+        anterior *= ramp(xm2 - 0.3, 0.1) * ramp(0.9 * s - xm2, 0.04)
+        anterior *= np.float32(0.04)
+        layers.dense[win2.sl] += anterior
 
 
 def _draw_clavicles(frame: Frame, a: Anatomy, layers: Layers) -> None:

@@ -14,6 +14,7 @@ from functools import lru_cache
 import numpy as np
 from scipy import ndimage
 
+_ZERO, _ONE = np.float32(0.0), np.float32(1.0)
 #: the body-coordinate square the texture atlases cover
 ATLAS_HALF_SPAN = 1.3
 
@@ -69,11 +70,24 @@ class Frame:
         return Window(rs, cs, self.X[rs, cs], self.Y[rs, cs])
 
 
+def upsample2(low: np.ndarray) -> np.ndarray:
+    """Bilinear 2x upsampling that keeps pixel centres aligned (a Frame of half the size maps
+    onto the full one exactly): output pixel 2j and 2j+1 lie a quarter pixel either side of j."""
+    padded = np.concatenate([low[:1], low, low[-1:]], axis=0)
+    rows = np.empty((2 * low.shape[0], low.shape[1]), low.dtype)
+    rows[0::2] = 0.75 * low + 0.25 * padded[:-2]
+    rows[1::2] = 0.75 * low + 0.25 * padded[2:]
+    padded = np.concatenate([rows[:, :1], rows, rows[:, -1:]], axis=1)
+    out = np.empty((rows.shape[0], 2 * low.shape[1]), low.dtype)
+    out[:, 0::2] = 0.75 * rows + 0.25 * padded[:, :-2]
+    out[:, 1::2] = 0.75 * rows + 0.25 * padded[:, 2:]
+    return out
+
+
 def ramp(value: np.ndarray, width: float) -> np.ndarray:
     """0 where value <= 0, rising linearly to 1 at value = width (a soft mask edge)."""
     out = value * np.float32(1.0 / width)
-    np.maximum(out, 0.0, out=out)
-    return np.minimum(out, 1.0, out=out)
+    return np.clip(out, _ZERO, _ONE, out=out)
 
 
 def resample_polyline(

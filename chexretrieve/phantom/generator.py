@@ -11,7 +11,14 @@ import numpy as np
 from chexretrieve.findings import FINDINGS
 from chexretrieve.phantom import report as rep
 from chexretrieve.phantom.anatomy import Anatomy, Layers, draw_anatomy
-from chexretrieve.phantom.canvas import Frame, bank_view, glyph, mottle_bank, noise_bank
+from chexretrieve.phantom.canvas import (
+    Frame,
+    bank_view,
+    glyph,
+    mottle_bank,
+    noise_bank,
+    upsample2,
+)
 from chexretrieve.phantom.config import PhantomConfig
 from chexretrieve.phantom.sampling import (
     age_on,
@@ -162,40 +169,46 @@ def render(
     anatomy = _anatomy(nuisance, attrs, sex, rng)
     angle = math.radians(float(nuisance["rotation_deg"]))
     shift = nuisance["crop_shift"]
-    frame = Frame(size, 1.02 / float(nuisance["crop_zoom"]), angle, (shift[0], shift[1] + 0.04))
-    layers = Layers(size)
-    draw_anatomy(frame, anatomy, layers)
+    zoom, offset = 1.02 / float(nuisance["crop_zoom"]), (shift[0], shift[1] + 0.04)
+    hi = Frame(size, zoom, angle, offset)
+    # smooth fields at half resolution where that maps exactly onto the output grid
+    lo = Frame(size // 2, zoom, angle, offset) if size % 2 == 0 and size >= 192 else hi
+    layers = Layers(hi, lo)
+    draw_anatomy(anatomy, layers)
 
     def seed_of(name: str) -> np.random.Generator:
         return stream(seed, _STREAM_RENDER, index, 1 + FINDINGS.index(name))
 
-    draw_signs(frame, anatomy, layers, attrs, seed_of)
-    return compose(layers, anatomy, nuisance, rng, size)
+    draw_signs(anatomy, layers, attrs, seed_of)
+    return compose(layers, anatomy, nuisance, rng)
 
 
-def compose(layers: Layers, anatomy: Anatomy, nuisance: Mapping, rng, size: int) -> np.ndarray:
+def compose(layers: Layers, anatomy: Anatomy, nuisance: Mapping, rng) -> np.ndarray:
     """Turn the layers into a displayed radiograph (exposure, contrast, noise, marker)."""
-    air = layers.lung * (1.0 - np.minimum(layers.fill, 1.0))
-    mottle = bank_view(mottle_bank(size), size, rng)
-    vessels = layers.vessels * layers.markings * anatomy.vessel_density
-    attenuation = (
-        layers.soft
-        + layers.dense
-        + layers.lines * 0.18
-        - air * (0.5 + 0.025 * mottle)
-        - layers.lucent
-        + vessels * (1.0 - 0.6 * np.minimum(layers.fill, 1.0))
-    )
-    attenuation += layers.fill * layers.lung * 0.04
+    size, small = layers.hi.size, layers.lo.size
+    fill = np.minimum(layers.fill, np.float32(1.0))
+    air = layers.lung * (1.0 - fill)
+    mottle = bank_view(mottle_bank(small), small, rng)
+    smooth = layers.soft - air * (0.5 + 0.025 * mottle) - layers.lucent + fill * layers.lung * 0.04
+    visible = layers.markings * (1.0 - 0.6 * fill)
+    if small != size:
+        smooth, visible = upsample2(smooth), upsample2(visible)
+    vessels = layers.vessels * visible
+    vessels *= np.float32(anatomy.vessel_density)
+    attenuation = smooth + layers.dense + vessels
+    attenuation += layers.lines * np.float32(0.25)
     exposure, contrast = float(nuisance["exposure"]), float(nuisance["contrast"])
-    image = 1.0 - np.exp(attenuation * np.float32(-1.6 * contrast))
-    image = np.clip((image - 0.05) * (1.12 / exposure), 0.0, 1.0)
+    image = np.exp(attenuation * np.float32(-1.6 * contrast))
+    # 1 - exp(-mu A), shifted and scaled by the exposure
+    image *= np.float32(-1.12 / exposure)
+    image += np.float32(0.95 * 1.12 / exposure)
     noise = float(nuisance["noise"])
     if noise > 0:
-        image += bank_view(noise_bank(size), size, rng) * noise
-    image = np.maximum(image, layers.metal * 0.97)
+        image += bank_view(noise_bank(size), size, rng) * np.float32(noise)
+    np.maximum(image, layers.metal * np.float32(0.97), out=image)
+    np.clip(image, np.float32(0.0), np.float32(1.0), out=image)
     _marker(image, nuisance, size)
-    return np.clip(image, 0.0, 1.0).astype(np.float32, copy=False)
+    return image.astype(np.float32, copy=False)
 
 
 def _marker(image: np.ndarray, nuisance: Mapping, size: int) -> None:
@@ -207,6 +220,19 @@ def _marker(image: np.ndarray, nuisance: Mapping, size: int) -> None:
     np.maximum(block, letter * 0.95, out=block)
 
 
+class _LazyStream:
+    """A random stream created on first use (most findings of a report need none)."""
+
+    def __init__(self, *key: int):
+        self.key = key
+        self.rng: np.random.Generator | None = None
+
+    def __getattr__(self, name: str):
+        if self.rng is None:
+            self.rng = stream(*self.key)
+        return getattr(self.rng, name)
+
+
 def write_report(seed, index, config, truth, attrs, nuisance, patient):
     """The report sentences and the labels they imply."""
     rng = stream(seed, _STREAM_REPORT, index)
@@ -214,9 +240,10 @@ def write_report(seed, index, config, truth, attrs, nuisance, patient):
     positives: list[rep.Mention] = []
     hedged: list[rep.Mention] = []
     negated: list[str] = []
+    modes = rng.random(len(FINDINGS))
     for k, name in enumerate(FINDINGS):
-        frng = stream(seed, _STREAM_REPORT, index, k + 1)
-        u = frng.random()
+        u = float(modes[k])
+        frng = _LazyStream(seed, _STREAM_REPORT, index, k + 1)
         present = truth[name]
         if name == "Lung Opacity" and present and not attrs[name].get("isolated"):
             # the cause's sentence names the opacity

@@ -23,9 +23,15 @@ _STREAM_PATIENT_BLOCK, _STREAM_PATIENT, _STREAM_STUDY, _STREAM_FINDING = 0, 1, 2
 _EPOCH = dt.date(2012, 1, 1)
 
 
-def stream(seed: int, purpose: int, *keys: int) -> np.random.Generator:
-    """An independent random generator for one purpose of one case."""
-    return np.random.default_rng([int(seed), int(purpose), *map(int, keys)])
+def stream(seed: int, purpose: int, index: int, sub: int = 0) -> np.random.Generator:
+    """An independent random generator for one purpose of one case (Philox keyed by
+    (seed, purpose, index, sub): counter-based streams need no seeding hash, so they are cheap)."""
+    if not (0 <= index < 1 << 40 and 0 <= sub < 1 << 16 and 0 <= purpose < 256):
+        raise ValueError(f"random stream key out of range: {purpose}, {index}, {sub}")
+    key = np.array(
+        [int(seed) & 0xFFFFFFFFFFFFFFFF, (purpose << 56) | (sub << 40) | index], np.uint64
+    )
+    return np.random.Generator(np.random.Philox(key=key))
 
 
 @dataclass(frozen=True)
@@ -200,6 +206,10 @@ def sample_attributes(
             a["side"] = _side(rng, 0.4 if a["kind"] == "plaques" else 0.15)
         elif name == "Support Devices":
             a["devices"] = _devices(rng, truth)
+            for cause in ("Pneumothorax", "Pleural Effusion"):
+                if cause in attrs and "chest tube" in a["devices"]:
+                    a["chest_tube_side"] = 1 if attrs[cause]["side"] == "left" else -1
+                    break
         elif name in ("Cardiomegaly", "Enlarged Cardiomediastinum", "Edema"):
             pass
         if name == "Pneumonia" and truth["Consolidation"]:
