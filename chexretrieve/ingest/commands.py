@@ -82,7 +82,7 @@ def ingest_command(
 def _fatal(console, message: str) -> int:  # noqa: ANN001
     from rich.markup import escape
 
-    console.print(f"[red]error:[/red] {escape(message)}")
+    console.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)
     return EXIT_FATAL
 
 

@@ -37,7 +37,8 @@ def render_summary(report: IngestReport, console) -> None:  # noqa: ANN001
     rate = total / report.seconds if report.seconds > 0 else 0.0
     console.print(
         f"ingest run {report.run_id} {report.status}: {total} files in {report.seconds:.1f} s "
-        f"({rate:.1f} files/s)"
+        f"({rate:.1f} files/s)",
+        soft_wrap=True,
     )
     table = Table()
     table.add_column("outcome")
@@ -63,6 +64,9 @@ def render_summary(report: IngestReport, console) -> None:  # noqa: ANN001
     if report.labels_file:
         console.print(
             f"labels: {report.labelled_files} files matched rows of {escape(report.labels_file)}; "
-            f"{report.unmatched_label_rows} rows matched no file"
+            f"{report.unmatched_label_rows} rows matched no file",
+            soft_wrap=True,
         )
-    console.print(f"encoder {escape(report.encoder_id)} -> {escape(report.database)}")
+    console.print(
+        f"encoder {escape(report.encoder_id)} -> {escape(report.database)}", soft_wrap=True
+    )
