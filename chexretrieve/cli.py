@@ -40,16 +40,32 @@ def _root(
 
 
 @app.command("demo")
-def demo_command() -> None:
-    """Run the end-to-end demo (see README)."""
-    from chexretrieve.demo import run_demo
+def demo_command(
+    data_dir: str = typer.Option("data/demo", "--data-dir", help="Archive, database and caches."),
+    n_images: int = typer.Option(3000, "--n-images", help="Phantom images on the first run."),
+    serve: bool = typer.Option(True, "--serve/--no-serve", help="Open the UI at the end."),
+    port: int = typer.Option(7860, "--port", help="UI port (bound to 127.0.0.1)."),
+) -> None:
+    """Run the end-to-end demo: phantom archive -> ingest -> case-lookup UI (see README)."""
+    from pathlib import Path
 
-    run_demo()
+    from chexretrieve.demo import run_demo
+    from chexretrieve.demo.config import DemoConfig
+
+    try:
+        config = DemoConfig(data_dir=Path(data_dir), n_images=n_images, serve=serve, port=port)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    run_demo(config)
 
 
 from chexretrieve.search.commands import search_command  # noqa: E402
 
 app.command("search")(search_command)
+
+from chexretrieve.evaluation.commands import eval_app  # noqa: E402
+
+app.add_typer(eval_app, name="eval")
 
 from chexretrieve.ingest.commands import ingest_command  # noqa: E402
 
@@ -58,6 +74,14 @@ app.command("ingest")(ingest_command)
 from chexretrieve.phantom.commands import phantom_app  # noqa: E402
 
 app.add_typer(phantom_app, name="phantom")
+
+from chexretrieve.encoders.commands import encoders_app  # noqa: E402
+
+app.add_typer(encoders_app, name="encoders")
+
+from chexretrieve.anchors.commands import anchors_app  # noqa: E402
+
+app.add_typer(anchors_app, name="anchors")
 
 
 def main() -> None:

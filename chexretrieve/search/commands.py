@@ -50,7 +50,6 @@ def search_command(
 ) -> None:
     """Find archived cases similar to a query case or image with respect to one finding."""
     from rich.console import Console
-    from rich.table import Table
 
     from chexretrieve.search.application import open_search_service
     from chexretrieve.search.gallery import SearchFilters
@@ -95,6 +94,14 @@ def search_command(
     if as_json:
         typer.echo(json.dumps(result_as_dict(result), indent=2, default=str))
         return
+    print_result(result, explain)
+
+
+def print_result(result, explain: bool) -> None:
+    """Print a SearchResult as a table (and its explanations)."""
+    from rich.console import Console
+    from rich.table import Table
+
     table = Table(
         title=f"{result.finding} · {result.geometry} · anchors {result.anchor_set} · "
         f"{result.candidates} candidates"
@@ -103,6 +110,7 @@ def search_command(
         table.add_column(column)
     for hit in result.hits:
         m = hit.metadata
+        age = m.get("patient_age_years")
         label = hit.labels.get(result.finding)
         table.add_row(
             str(hit.rank),
@@ -110,7 +118,7 @@ def search_command(
             f"{hit.score:.4f}",
             str(m.get("view_position") or ""),
             str(m.get("patient_sex") or ""),
-            "" if m.get("patient_age_years") is None else f"{m['patient_age_years']:.0f}",
+            "" if age is None or age != age else f"{age:.0f}",  # None or NaN: unknown
             str(m.get("study_date") or ""),
             {1.0: "positive", 0.0: "negative", -1.0: "uncertain"}.get(label, "unknown"),
         )

@@ -16,8 +16,6 @@ class SearchConfig:
     feature_cache_dir: Path | None = None
     # fitted geometries / gallery feature blocks kept in memory (least recently used dropped)
     memory_cache_entries: int = 16
-    # query rows scored per matrix product (bounds temporary memory for large galleries)
-    query_batch: int = 256
     # seed for the geometries that are fitted by EM (gmm, movmf)
     fit_seed: int = 0
     # composite query: weight of the free-text embedding mixed into the image embedding (0..1)
