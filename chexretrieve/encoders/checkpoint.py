@@ -6,9 +6,6 @@ Every problem becomes an EncoderError that names the file and what is wrong with
 from __future__ import annotations
 
 import hashlib
-import io
-import pickle
-import zipfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -39,9 +36,7 @@ def hash_files(paths: Iterable[Path]) -> str:
     def chunks() -> Iterable[bytes]:
         for path in sorted(paths, key=lambda p: p.name):
             yield path.name.encode("utf-8") + b"\0"
-            with path.open("rb") as handle:
-                while block := handle.read(1 << 24):
-                    yield block
+            yield from _file_chunks(path)
 
     return short_hash(chunks())
 
@@ -58,27 +53,25 @@ def read_checkpoint(path: Path | str) -> tuple[dict[str, torch.Tensor], str]:
         raise EncoderError(f"checkpoint {path} does not exist")
     if not path.is_file():
         raise EncoderError(f"checkpoint {path} is not a file")
-    data = path.read_bytes()
-    if not data:
+    if path.stat().st_size == 0:
         raise EncoderError(f"checkpoint {path} is empty (0 bytes)")
     try:
-        loaded = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-    except (
-        RuntimeError,
-        EOFError,
-        pickle.UnpicklingError,
-        zipfile.BadZipFile,
-        ValueError,
-        OSError,
-        AttributeError,
-        TypeError,
-    ) as error:
+        loaded = torch.load(path, map_location="cpu", weights_only=True)
+    # unpickling damaged bytes can fail in many ways (IndexError, KeyError, ...): all mean the
+    # same thing here
+    except Exception as error:
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error)
         raise EncoderError(
             f"checkpoint {path} cannot be read by torch.load ({first_line}); the file is "
             "truncated, corrupt, not a torch.save file, or holds objects other than tensors"
         ) from error
-    return unwrap_state_dict(loaded, path), short_hash(data)
+    return unwrap_state_dict(loaded, path), short_hash(_file_chunks(path))
+
+
+def _file_chunks(path: Path) -> Iterable[bytes]:
+    with path.open("rb") as handle:
+        while block := handle.read(1 << 24):
+            yield block
 
 
 def unwrap_state_dict(loaded: object, path: Path) -> dict[str, torch.Tensor]:
@@ -113,8 +106,8 @@ def _quote(names: list[str]) -> str:
 
 
 def load_matching_state_dict(model: nn.Module, state: dict[str, torch.Tensor], path: Path) -> None:
-    """Copy ``state`` into ``model`` (as float32); EncoderError naming missing, unexpected and
-    wrongly shaped tensors."""
+    """Load ``state`` into ``model`` as float32 parameters; EncoderError naming missing, unexpected,
+    wrongly shaped and non-finite tensors."""
     expected = model.state_dict()
     missing = [name for name in expected if name not in state]
     unexpected = [name for name in state if name not in expected]
@@ -142,4 +135,5 @@ def load_matching_state_dict(model: nn.Module, state: dict[str, torch.Tensor], p
             f"checkpoint {path} has NaN or infinite values in {len(not_finite)} tensor(s): "
             f"{_quote(not_finite)}"
         )
-    model.load_state_dict(floats, strict=True)
+    # assign: the file's tensors become the parameters (the model may have been built on "meta")
+    model.load_state_dict(floats, strict=True, assign=True)

@@ -4,10 +4,10 @@ CheXzero's checkpoints are plain state dicts in OpenAI CLIP's key layout; ``load
 reads one, builds the model from its shapes and returns an ``Encoder``. Its image preprocessing
 (``preprocess_chexzero``) follows CheXzero's:
 
-1. pixel values in [0, 1] scaled to 0-255;
-2. long side resized to 320 (Lanczos, PIL's old ANTIALIAS filter), clamped to 0-255 as CheXzero's
-   8-bit images are, and centred on a zero-padded 320 x 320 square;
-3. normalised with mean 101.48761 and std 83.43944;
+1. pixel values in [0, 1] rounded to 8 bits (CheXzero was trained on 8-bit JPEGs);
+2. long side resized to 320 (PIL's 8-bit Lanczos, the filter once called ANTIALIAS) and centred on
+   a zero-padded 320 x 320 square;
+3. normalised with mean 101.48761 and std 83.43944 on that 0-255 scale;
 4. resized to the model's input side (224) by bicubic interpolation without antialiasing (as the
    torchvision of CheXzero's release resized tensors);
 5. the one channel repeated three times.
@@ -49,19 +49,17 @@ PIXEL_STD = 83.43944
 
 
 def pad_to_square(image: np.ndarray, side: int = PAD_SIDE) -> np.ndarray:
-    """Resize the long side to ``side`` (Lanczos); centre on a zero ``side`` x ``side`` square.
+    """8-bit ``side`` x ``side`` canvas: long side resized to ``side`` (Lanczos), centred on zeros.
 
-    The short side becomes floor(short * side / long), at least 1; the image sits at offset
-    ((side - width) // 2, (side - height) // 2). Values keep their scale.
+    ``image`` is a 2-D uint8 array. The short side becomes floor(short * side / long), at least 1;
+    the image sits at offset ((side - width) // 2, (side - height) // 2).
     """
     height, width = image.shape
     long = max(height, width)
     new_height = max(1, height * side // long)
     new_width = max(1, width * side // long)
-    resized = Image.fromarray(np.asarray(image, dtype=np.float32)).resize(
-        (new_width, new_height), Image.Resampling.LANCZOS
-    )
-    square = np.zeros((side, side), dtype=np.float32)
+    resized = Image.fromarray(image).resize((new_width, new_height), Image.Resampling.LANCZOS)
+    square = np.zeros((side, side), dtype=np.uint8)
     top, left = (side - new_height) // 2, (side - new_width) // 2
     square[top : top + new_height, left : left + new_width] = np.asarray(resized)
     return square
@@ -70,9 +68,9 @@ def pad_to_square(image: np.ndarray, side: int = PAD_SIDE) -> np.ndarray:
 def preprocess_chexzero(image: np.ndarray, resolution: int = 224) -> torch.Tensor:
     """(3, resolution, resolution) float32 model input for one greyscale image in [0, 1]."""
     (image,) = check_greyscale_images([image])
-    # Lanczos overshoots at edges; CheXzero's 8-bit images clamp to 0-255, so clamp here too
-    square = np.clip(pad_to_square(image * 255.0), 0.0, 255.0)
-    normalised = (torch.from_numpy(square) - PIXEL_MEAN) / PIXEL_STD
+    grey = np.rint(image * 255.0).astype(np.uint8)
+    square = torch.from_numpy(pad_to_square(grey).astype(np.float32))
+    normalised = (square - PIXEL_MEAN) / PIXEL_STD
     resized = F.interpolate(
         normalised[None, None],
         size=(resolution, resolution),
@@ -148,7 +146,8 @@ def build_clip_model(state: dict[str, torch.Tensor], path: Path) -> ClipModel:
         sizes = infer_clip_sizes(state)
     except ClipSizeError as error:
         raise EncoderError(f"checkpoint {path} is not a CLIP ViT state dict: {error}") from error
-    model = ClipModel(sizes)
+    with torch.device("meta"):  # no random initialisation: every tensor comes from the file
+        model = ClipModel(sizes)
     load_matching_state_dict(model, state, path)
     return model
 

@@ -128,7 +128,8 @@ def load_hf_clip_encoder(
         model = AutoModel.from_pretrained(folder, local_files_only=True)
         image_processor = AutoImageProcessor.from_pretrained(folder, local_files_only=True)
         tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-    except (OSError, ValueError, KeyError, RuntimeError) as error:
+    # transformers and safetensors raise many types (OSError, ValueError, SafetensorError, ...)
+    except Exception as error:
         first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
         raise EncoderError(
             f"Hugging Face model folder {folder} cannot be loaded: {first_line}"

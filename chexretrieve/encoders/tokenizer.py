@@ -163,16 +163,16 @@ def _read_openai_merges(path: Path) -> ClipBpeTokenizer:
         raise EncoderError(
             f"tokenizer {path}: cannot read it as a gzip text file ({error})"
         ) from error
-    merges = _parse_merges(lines[1:], path)[:OPENAI_MERGE_COUNT]
+    merges = _parse_merges(lines[1:], path, first_line=2)[:OPENAI_MERGE_COUNT]
     symbols = list(byte_symbols())
     tokens = symbols + [s + END_OF_WORD for s in symbols] + ["".join(p) for p in merges]
     tokens += [START_TOKEN, END_TOKEN]
     return ClipBpeTokenizer({token: i for i, token in enumerate(tokens)}, merges, str(path))
 
 
-def _parse_merges(lines: Sequence[str], path: Path) -> list[tuple[str, str]]:
+def _parse_merges(lines: Sequence[str], path: Path, first_line: int) -> list[tuple[str, str]]:
     merges = []
-    for number, line in enumerate(lines, start=2):
+    for number, line in enumerate(lines, start=first_line):
         if not line.strip() or line.startswith("#version"):
             continue
         parts = line.split()
@@ -197,7 +197,7 @@ def _read_huggingface_folder(folder: Path) -> ClipBpeTokenizer:
     if not isinstance(vocab, dict):
         raise EncoderError(f"tokenizer {vocab_file}: expected a JSON object token -> id")
     lines = merges_file.read_text(encoding="utf-8").split("\n")
-    return ClipBpeTokenizer(vocab, _parse_merges(lines, merges_file), str(folder))
+    return ClipBpeTokenizer(vocab, _parse_merges(lines, merges_file, first_line=1), str(folder))
 
 
 def load_clip_tokenizer(path: Path | str | None) -> ClipBpeTokenizer:

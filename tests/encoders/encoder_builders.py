@@ -1,0 +1,126 @@
+"""Tiny models and tokenizers for the encoder tests, built from scratch with fixed seeds.
+
+The CheXzero-style state dict is written out key by key in OpenAI CLIP's layout (not taken from our
+model), so loading it checks that our parameter names match CheXzero's checkpoints.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+from pathlib import Path
+
+import torch
+
+#: a handful of merges: enough that common words in the tests merge into multi-byte tokens
+TINY_MERGES = [
+    ("t", "h"),
+    ("th", "e</w>"),
+    ("e", "f"),
+    ("ef", "f"),
+    ("o", "n</w>"),
+    ("i", "on</w>"),
+    ("a", "r"),
+    ("p", "l"),
+    ("n", "o</w>"),
+    ("l", "e</w>"),
+]
+
+
+def byte_symbol_list() -> list[str]:
+    """The 256 byte symbols written out independently of chexretrieve's own table."""
+    printable = (
+        list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    )  # '!'..'~', '¡'..'¬', '®'..'ÿ'
+    others = [b for b in range(256) if b not in printable]
+    table = {b: chr(b) for b in printable}
+    table.update({b: chr(256 + i) for i, b in enumerate(others)})
+    return [table[b] for b in range(256)]
+
+
+def tiny_vocab() -> list[str]:
+    symbols = byte_symbol_list()
+    return (
+        symbols
+        + [s + "</w>" for s in symbols]
+        + [a + b for a, b in TINY_MERGES]
+        + ["<|startoftext|>", "<|endoftext|>"]
+    )
+
+
+def write_tokenizer_folder(folder: Path) -> Path:
+    """A Hugging Face CLIP tokenizer folder: vocab.json + merges.txt."""
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab = {token: i for i, token in enumerate(tiny_vocab())}
+    (folder / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
+    lines = ["#version: 0.2"] + [f"{a} {b}" for a, b in TINY_MERGES]
+    (folder / "merges.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return folder
+
+
+def write_openai_merges(path: Path) -> Path:
+    """The same tokenizer in OpenAI's bpe_simple_vocab .txt.gz format."""
+    lines = ['"bpe_simple_vocab_16e6.txt#version: 0.2'] + [f"{a} {b}" for a, b in TINY_MERGES]
+    with gzip.open(path, "wt", encoding="utf-8") as handle:
+        handle.write("\n".join(lines) + "\n")
+    return path
+
+
+TINY_VOCAB_SIZE = 512 + len(TINY_MERGES) + 2
+
+
+def tiny_clip_state_dict(
+    seed: int = 0,
+    vision_width: int = 64,
+    text_width: int = 64,
+    layers: int = 2,
+    patch: int = 16,
+    resolution: int = 32,
+    embed_dim: int = 32,
+    context_length: int = 77,
+    vocab_size: int = TINY_VOCAB_SIZE,
+    logit_scale: float = math.log(1 / 0.07),
+) -> dict[str, torch.Tensor]:
+    """A random CLIP ViT state dict in OpenAI / CheXzero key layout."""
+    generator = torch.Generator().manual_seed(seed)
+
+    def rand(*shape: int, scale: float = 0.05) -> torch.Tensor:
+        return torch.randn(*shape, generator=generator) * scale
+
+    def norm(prefix: str, width: int) -> dict[str, torch.Tensor]:
+        return {f"{prefix}.weight": 1 + rand(width, scale=0.1), f"{prefix}.bias": rand(width)}
+
+    def block(prefix: str, width: int) -> dict[str, torch.Tensor]:
+        out = {
+            f"{prefix}.attn.in_proj_weight": rand(3 * width, width, scale=width**-0.5),
+            f"{prefix}.attn.in_proj_bias": rand(3 * width),
+            f"{prefix}.attn.out_proj.weight": rand(width, width, scale=width**-0.5),
+            f"{prefix}.attn.out_proj.bias": rand(width),
+            f"{prefix}.mlp.c_fc.weight": rand(4 * width, width, scale=width**-0.5),
+            f"{prefix}.mlp.c_fc.bias": rand(4 * width),
+            f"{prefix}.mlp.c_proj.weight": rand(width, 4 * width, scale=(4 * width) ** -0.5),
+            f"{prefix}.mlp.c_proj.bias": rand(width),
+        }
+        out.update(norm(f"{prefix}.ln_1", width))
+        out.update(norm(f"{prefix}.ln_2", width))
+        return out
+
+    grid = resolution // patch
+    state = {
+        "visual.conv1.weight": rand(vision_width, 3, patch, patch, scale=0.1),
+        "visual.class_embedding": rand(vision_width, scale=0.5),
+        "visual.positional_embedding": rand(grid * grid + 1, vision_width, scale=0.5),
+        "visual.proj": rand(vision_width, embed_dim, scale=vision_width**-0.5),
+        "token_embedding.weight": rand(vocab_size, text_width, scale=0.5),
+        "positional_embedding": rand(context_length, text_width, scale=0.1),
+        "text_projection": rand(text_width, embed_dim, scale=text_width**-0.5),
+        "logit_scale": torch.tensor(logit_scale),
+    }
+    state.update(norm("visual.ln_pre", vision_width))
+    state.update(norm("visual.ln_post", vision_width))
+    state.update(norm("ln_final", text_width))
+    for i in range(layers):
+        state.update(block(f"visual.transformer.resblocks.{i}", vision_width))
+        state.update(block(f"transformer.resblocks.{i}", text_width))
+    return state

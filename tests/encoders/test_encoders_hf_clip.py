@@ -1,0 +1,135 @@
+"""Hugging Face CLIP folders: a tiny CLIPModel saved with save_pretrained, loaded offline."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+
+import numpy as np
+import pytest
+import torch
+from encoder_builders import TINY_VOCAB_SIZE
+
+from chexretrieve.encoders import Encoder, EncoderConfig, EncoderError, load_encoder
+from chexretrieve.encoders.hf_clip import greyscale_to_rgb
+
+
+@pytest.fixture(scope="module")
+def hf_folder(tmp_path_factory, tokenizer_folder):
+    from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel, CLIPTokenizer
+
+    folder = tmp_path_factory.mktemp("tiny-hf-clip")
+    config = CLIPConfig(
+        text_config=dict(
+            vocab_size=TINY_VOCAB_SIZE, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+            num_attention_heads=2, max_position_embeddings=40, bos_token_id=TINY_VOCAB_SIZE - 2,
+            eos_token_id=TINY_VOCAB_SIZE - 1, pad_token_id=TINY_VOCAB_SIZE - 1,
+        ),
+        vision_config=dict(
+            hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+            image_size=32, patch_size=8,
+        ),
+        projection_dim=16,
+        logit_scale_init_value=math.log(20.0),
+    )  # fmt: skip
+    torch.manual_seed(0)
+    CLIPModel(config).save_pretrained(folder)
+    CLIPTokenizer.from_pretrained(tokenizer_folder, local_files_only=True).save_pretrained(folder)
+    processor = CLIPImageProcessor(
+        size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}
+    )
+    processor.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def hf_encoder(hf_folder):
+    return load_encoder(f"hf-clip:{hf_folder}")
+
+
+def _images() -> list[np.ndarray]:
+    rng = np.random.default_rng(4)
+    return [rng.random(shape, dtype=np.float32) for shape in [(50, 40), (32, 32), (20, 90)]]
+
+
+def test_shapes_norms_id_and_temperature(hf_encoder, hf_folder) -> None:
+    assert isinstance(hf_encoder, Encoder)
+    assert hf_encoder.embed_dim == 16
+    assert hf_encoder.inv_temperature == pytest.approx(20.0, rel=1e-5)
+    digest = hashlib.sha256(
+        b"model.safetensors\0" + (hf_folder / "model.safetensors").read_bytes()
+    ).hexdigest()[:12]
+    assert hf_encoder.encoder_id == f"hf-clip:{digest}"
+    images = hf_encoder.embed_images(_images())
+    assert images.shape == (3, 16) and images.dtype == np.float32
+    assert np.allclose(np.linalg.norm(images, axis=1), 1, atol=1e-6)
+    assert np.array_equal(images, hf_encoder.embed_images(_images()))
+    texts = hf_encoder.embed_texts(["the effusion", "no effusion", "pleural " * 60])
+    assert texts.shape == (3, 16) and np.allclose(np.linalg.norm(texts, axis=1), 1, atol=1e-6)
+    assert hf_encoder.max_text_tokens == 40  # the model's positions, below the configured 77
+
+
+def test_greyscale_becomes_rgb_for_the_processor(hf_encoder) -> None:
+    image = np.linspace(0, 1, 12, dtype=np.float32).reshape(3, 4)
+    rgb = np.asarray(greyscale_to_rgb(image))
+    assert rgb.shape == (3, 4, 3) and rgb.dtype == np.uint8
+    assert (rgb[..., 0] == np.rint(image * 255)).all()
+    assert (rgb[..., 0] == rgb[..., 1]).all() and (rgb[..., 1] == rgb[..., 2]).all()
+
+    images = _images()
+    pixels = hf_encoder.image_processor(
+        images=[greyscale_to_rgb(i) for i in images], return_tensors="pt"
+    )["pixel_values"]
+    assert pixels.shape == (3, 3, 32, 32)
+    with torch.no_grad():
+        raw = hf_encoder.model.get_image_features(pixel_values=pixels)
+    raw = (raw if isinstance(raw, torch.Tensor) else raw.pooler_output).numpy()
+    expected = raw / np.linalg.norm(raw, axis=1, keepdims=True)
+    assert np.allclose(hf_encoder.embed_images(images), expected, atol=1e-6)
+
+
+def test_batch_size_changes_nothing(hf_encoder, hf_folder) -> None:
+    single = load_encoder(f"hf-clip:{hf_folder}", EncoderConfig(batch_size=1))
+    assert np.allclose(
+        single.embed_images(_images()), hf_encoder.embed_images(_images()), atol=1e-6
+    )
+    sentences = ["the effusion", "no pleural effusion in the left lung"]
+    assert np.allclose(single.embed_texts(sentences), hf_encoder.embed_texts(sentences), atol=1e-6)
+
+
+def test_everything_is_read_with_local_files_only(hf_folder, monkeypatch) -> None:
+    import transformers
+
+    assert os.environ.get("HF_HUB_OFFLINE") == "1"
+    seen = []
+    for name in ("AutoModel", "AutoImageProcessor", "AutoTokenizer"):
+        cls = getattr(transformers, name)
+        original = cls.from_pretrained
+
+        def spy(*args, _original=original, _name=name, **kwargs):
+            seen.append((_name, kwargs.get("local_files_only")))
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(cls, "from_pretrained", spy)
+    load_encoder(f"hf-clip:{hf_folder}")
+    assert sorted(seen) == [
+        ("AutoImageProcessor", True),
+        ("AutoModel", True),
+        ("AutoTokenizer", True),
+    ]
+
+
+def test_bad_folders_name_the_problem(tmp_path, hf_folder) -> None:
+    with pytest.raises(
+        EncoderError, match="openai/clip-vit-base-patch32 does not exist.*not downloaded"
+    ):
+        load_encoder("hf-clip:openai/clip-vit-base-patch32")
+    with pytest.raises(EncoderError, match="has no config.json"):
+        load_encoder(f"hf-clip:{tmp_path}")
+    (tmp_path / "config.json").write_text((hf_folder / "config.json").read_text())
+    with pytest.raises(EncoderError, match="has no weights"):
+        load_encoder(f"hf-clip:{tmp_path}")
+    (tmp_path / "model.safetensors").write_bytes(b"\x00" * 16)
+    with pytest.raises(EncoderError, match=f"{tmp_path} cannot be loaded"):
+        load_encoder(f"hf-clip:{tmp_path}")
