@@ -32,6 +32,7 @@ from chexretrieve.anchors.files import (
     latest_anchor_set,
     latest_variants,
     load_anchor_set,
+    resolve_anchor_set,
     save_new_version,
     validate_anchor_file,
 )
@@ -57,6 +58,7 @@ __all__ = [
     "load_anchor_set",
     "natural_image_anchor_set",
     "natural_image_anchors",
+    "resolve_anchor_set",
     "save_new_version",
     "validate_anchor_file",
 ]

@@ -19,7 +19,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from chexretrieve.findings import FINDINGS, finding_slug
+from chexretrieve.findings import FINDINGS, canonical_finding, finding_slug
 
 POLARITIES: tuple[str, ...] = ("positive", "negative")
 SOURCE_KINDS: tuple[str, ...] = ("curated", "llm", "template")
@@ -170,7 +170,13 @@ class AnchorSet:
         """Build a set from ``(text, polarity)`` pairs (or AnchorSentence) and one or more sources.
 
         With a single AnchorSource every plain pair is attributed to it under the key ``main``.
+        ``finding`` may be spelled loosely ('pleural effusion'); it is stored canonically.
         """
+        if finding is not None:
+            try:
+                finding = canonical_finding(finding)
+            except ValueError as exc:
+                raise AnchorSetError(str(exc)) from None
         sources = dict(source) if isinstance(source, Mapping) else {"main": source}
         default_key = next(iter(sources)) if sources else "main"
         entries = []
