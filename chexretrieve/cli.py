@@ -75,6 +75,10 @@ from chexretrieve.phantom.commands import phantom_app  # noqa: E402
 
 app.add_typer(phantom_app, name="phantom")
 
+from chexretrieve.anchors.commands import anchors_app  # noqa: E402
+
+app.add_typer(anchors_app, name="anchors")
+
 from chexretrieve.encoders.commands import encoders_app  # noqa: E402
 
 app.add_typer(encoders_app, name="encoders")
