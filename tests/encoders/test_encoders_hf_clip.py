@@ -133,3 +133,32 @@ def test_bad_folders_name_the_problem(tmp_path, hf_folder) -> None:
     (tmp_path / "model.safetensors").write_bytes(b"\x00" * 16)
     with pytest.raises(EncoderError, match=f"{tmp_path} cannot be loaded"):
         load_encoder(f"hf-clip:{tmp_path}")
+
+
+def test_metaclip_2_folders_load_through_the_same_route(tmp_path, tokenizer_folder) -> None:
+    from transformers import CLIPImageProcessor, CLIPTokenizer, MetaClip2Config, MetaClip2Model
+
+    config = MetaClip2Config(
+        text_config=dict(
+            vocab_size=TINY_VOCAB_SIZE, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+            num_attention_heads=2, max_position_embeddings=40, bos_token_id=TINY_VOCAB_SIZE - 2,
+            eos_token_id=TINY_VOCAB_SIZE - 1, pad_token_id=TINY_VOCAB_SIZE - 1,
+        ),
+        vision_config=dict(
+            hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+            image_size=32, patch_size=8,
+        ),
+        projection_dim=8,
+    )  # fmt: skip
+    torch.manual_seed(1)
+    MetaClip2Model(config).save_pretrained(tmp_path)
+    CLIPTokenizer.from_pretrained(tokenizer_folder, local_files_only=True).save_pretrained(tmp_path)
+    CLIPImageProcessor(
+        size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}
+    ).save_pretrained(tmp_path)
+    encoder = load_encoder(f"hf-clip:{tmp_path}")
+    assert encoder.encoder_id.startswith("hf-metaclip_2:")
+    images, texts = encoder.embed_images(_images()), encoder.embed_texts(["the effusion"])
+    assert images.shape == (3, 8) and texts.shape == (1, 8)
+    assert np.allclose(np.linalg.norm(images, axis=1), 1, atol=1e-6)
+    assert np.allclose(np.linalg.norm(texts, axis=1), 1, atol=1e-6)
