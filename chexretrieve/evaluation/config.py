@@ -187,6 +187,17 @@ class RuntimeConfig:
     # seed of the random embeddings
     seed: int = 0
 
+    def __post_init__(self) -> None:
+        if min(self.n_queries, self.n_gallery, self.dim, self.repeats, self.top_k) < 1:
+            raise ValueError(
+                "RuntimeConfig: n_queries, n_gallery, dim, repeats and top_k must all be >= 1"
+            )
+        if self.warmup < 0 or not self.anchor_counts or min(self.anchor_counts) < 1:
+            raise ValueError(
+                "RuntimeConfig: warmup must be >= 0 and anchor_counts a non-empty list of "
+                "positive sizes"
+            )
+
 
 @dataclass(frozen=True)
 class PhantomSourceConfig:
@@ -196,8 +207,10 @@ class PhantomSourceConfig:
     n_images: int = 1200
     # generation seed
     seed: int = 0
-    # folder holding generated archives and embedding caches (reused when present)
+    # folder holding the labels and embedding caches (reused when present; "" = no cache)
     cache_dir: str = ".cache/chexretrieve/eval"
+    # processes generating phantom cases while the main process embeds them
+    workers: int = 2
 
 
 @dataclass(frozen=True)
@@ -226,17 +239,41 @@ class NaturalImageConfig:
     root: str = ""
     # CSV of labels (relative paths resolved against root); None: the folder layout
     labels_csv: str | None = None
-    # class anchors: one sentence per class per template ("{}" is the class name)
-    class_templates: tuple[str, ...] = (
-        "a photo of a {}.",
-        "a picture of a {}.",
-        "an image of a {}.",
-    )
-    # style anchors: one sentence per style per template ("{}" is the style name)
-    style_templates: tuple[str, ...] = ("a {} image.", "an image in the style of a {}.", "a {}.")
+    # class anchors: one sentence per class per template ("{}" is the class name; the paper's)
+    class_templates: tuple[str, ...] = ("a photo of a {}",)
+    # style anchors: one sentence per style per template ("{}" is the style name; the paper's)
+    style_templates: tuple[str, ...] = ("a {} rendition of an object",)
     # mixture weights p of the class anchors (1 - p goes to the style anchors)
     weights: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
     # geometries of the per-coordinate AUPRC table (cosine always included)
     geometries: tuple[str, ...] = ("cosine", "softmax", "gaussian", "latent_spherical")
     # images embedded per forward pass
     batch_size: int = 32
+
+
+EXPERIMENTS: tuple[str, ...] = ("mixing", "budget", "posterior", "runtime")
+
+
+@dataclass(frozen=True)
+class EvaluationPlan:
+    """One report: the retrieval tables plus the chosen experiments."""
+
+    # Tables 2 and 3 (protocol, geometries, intervals)
+    retrieval: RetrievalEvalConfig = field(default_factory=RetrievalEvalConfig)
+    # experiments run after the tables, from EXPERIMENTS
+    experiments: tuple[str, ...] = EXPERIMENTS
+    # experiment (a): anchor mixing
+    mixing: MixingConfig = field(default_factory=MixingConfig)
+    # experiment (b): anchor budget
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
+    # experiment (c): posterior adaptation
+    posterior: PosteriorConfig = field(default_factory=PosteriorConfig)
+    # experiment (d): runtime (independent of the data: random embeddings)
+    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+
+    def __post_init__(self) -> None:
+        unknown = [e for e in self.experiments if e not in EXPERIMENTS]
+        if unknown:
+            raise ValueError(
+                f"unknown experiments {unknown}; choose from {', '.join(EXPERIMENTS)} (or none)"
+            )

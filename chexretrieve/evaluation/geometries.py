@@ -25,6 +25,9 @@ KINDS = (
     "movmf",
 )
 POSTERIOR_KINDS = ("gaussian", "latent_gaussian", "latent_spherical", "gmm")
+#: mixture kinds and their default number of components (chexretrieve.geometry's default)
+MIXTURE_KINDS = ("gmm", "movmf")
+DEFAULT_COMPONENTS = 4
 
 #: human-readable names used in tables and figure legends
 DISPLAY_NAMES = {
@@ -114,6 +117,11 @@ def fit_spec(
             "(add anchors/broad/... or drop the posterior geometries)"
         )
     options = {**spec.options, **extra}
+    if spec.kind in MIXTURE_KINDS and not spec.posterior:
+        # a mixture cannot have more components than distinct anchors (tiny anchor budgets)
+        distinct = len(np.unique(np.asarray(anchors), axis=0))
+        if distinct < options.get("n_components", DEFAULT_COMPONENTS):
+            options["n_components"] = max(distinct, 1)
     return fit(
         spec.kind,
         np.asarray(anchors, dtype=np.float32),

@@ -47,7 +47,7 @@ def unit(x: np.ndarray) -> np.ndarray:
 
 def toy_world(seed: int = 0, n_train: int = 120, n_valid: int = 30, dim: int = 16):
     """Images whose embedding carries a finding direction (axis 0) and a nuisance direction (axis 1)
-    plus noise; anchors for the finding point along axis 0 with jitter, nuisance anchors along 1."""
+    plus noise; finding anchors lie along +-axis 0 with jitter, nuisance anchors along +-axis 1."""
     rng = np.random.default_rng(seed)
     n = n_train + n_valid
     effusion = rng.random(n) < 0.3
@@ -71,9 +71,10 @@ def toy_world(seed: int = 0, n_train: int = 120, n_valid: int = 30, dim: int = 1
     archive = LabelledArchive(np.array([f"img{i:04d}" for i in range(n)]), splits, labels)
 
     def anchors(axis: int, count: int, seed_: int) -> np.ndarray:
+        """Half "finding present" (+axis), half "absent" (-axis) sentences, with jitter."""
         r = np.random.default_rng(seed_)
         a = r.normal(size=(count, dim)) * 0.3
-        a[:, axis] += 3.0
+        a[:, axis] += np.where(np.arange(count) % 2 == 0, 3.0, -3.0)
         return unit(a).astype(np.float32)
 
     bank = AnchorBank(

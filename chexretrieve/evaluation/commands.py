@@ -1,0 +1,315 @@
+"""`chexretrieve eval ...`: retrieval reports (Tables 2-4, Figs. 3-5), natural-image protocol.
+
+Options become config dataclasses here; library code never sees typer objects. Heavy imports
+(numpy, torch, matplotlib) happen inside the commands so ``--help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import shlex
+import sys
+from pathlib import Path
+
+import typer
+
+eval_app = typer.Typer(
+    help="Evaluation reports: per-finding AUPRC tables, figures and runtime.",
+    no_args_is_help=True,
+)
+
+
+def _csv(value: str | None) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    items = tuple(v.strip() for v in value.split(",") if v.strip())
+    return () if items in ((), ("none",)) else items
+
+
+def _ints(value: str | None, option: str) -> tuple[int, ...] | None:
+    items = _csv(value)
+    if items is None:
+        return None
+    try:
+        return tuple(int(v) for v in items)
+    except ValueError:
+        raise typer.BadParameter(
+            f"{option} takes comma-separated integers, not {value!r}"
+        ) from None
+
+
+def _floats(value: str | None, option: str) -> tuple[float, ...] | None:
+    items = _csv(value)
+    if items is None:
+        return None
+    try:
+        return tuple(float(v) for v in items)
+    except ValueError:
+        raise typer.BadParameter(f"{option} takes comma-separated numbers, not {value!r}") from None
+
+
+def _command_line() -> str:
+    return "chexretrieve " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+
+
+def _findings(value: str | None) -> tuple[str, ...] | None:
+    from chexretrieve.findings import canonical_finding
+
+    items = _csv(value)
+    if items is None:
+        return None
+    try:
+        return tuple(canonical_finding(f) for f in items)
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from None
+
+
+@eval_app.command("retrieval")
+def retrieval_command(
+    out: Path | None = typer.Option(
+        None, "--out", "-o", help="Report folder (default: eval/reports/<source>-<date>)."
+    ),
+    db: str | None = typer.Option(None, "--db", help="Store URL holding labels + embeddings."),
+    chexpert_root: Path | None = typer.Option(
+        None, "--chexpert-root", help="CheXpert-layout folder (train.csv, valid.csv, images)."
+    ),
+    checkpoint: list[Path] = typer.Option(
+        [], "--checkpoint", help="CheXzero checkpoint .pt (repeatable; one interval cell each)."
+    ),
+    encoder: list[str] = typer.Option(
+        [], "--encoder", help="Encoder spec (repeatable): phantom, chexzero:PT, hf-clip:DIR."
+    ),
+    tokenizer: Path | None = typer.Option(
+        None, "--tokenizer", help="CheXzero BPE tokenizer (.txt.gz or vocab.json+merges folder)."
+    ),
+    anchors_root: Path | None = typer.Option(
+        None, "--anchors-root", help="Anchor-set folder (default: the project's anchors/)."
+    ),
+    findings: str | None = typer.Option(None, "--findings", help="Comma list (default: all 13)."),
+    geometries: str | None = typer.Option(
+        None, "--geometries", help="Comma list of geometry specs (default: all)."
+    ),
+    max_variants: int | None = typer.Option(None, "--max-variants", help="Anchor variants used."),
+    bootstrap: int = typer.Option(1000, "--bootstrap", help="Bootstrap replicates B."),
+    seed: int = typer.Option(0, "--seed", help="Bootstrap and anchor-draw seed."),
+    blank_as: str = typer.Option("negative", "--blank-as", help="negative | drop"),
+    uncertain_as: str = typer.Option("drop", "--uncertain-as", help="drop | negative | positive"),
+    frontal_only: bool = typer.Option(False, "--frontal-only", help="Frontal images only."),
+    query_resampling: str = typer.Option("shared", "--query-resampling", help="shared | per_cell"),
+    experiments: str = typer.Option(
+        "mixing,budget,posterior,runtime", "--experiments", help="Comma list, or none."
+    ),
+    mixing_findings: str | None = typer.Option(None, "--mixing-findings"),
+    mixing_weights: str | None = typer.Option(None, "--mixing-weights", help="e.g. 0,0.5,1"),
+    nuisance: str | None = typer.Option(None, "--nuisance", help="Nuisance anchor context."),
+    nuisance_label: str | None = typer.Option(None, "--nuisance-label", help="Its label column."),
+    budget_counts: str | None = typer.Option(None, "--budget-counts", help="e.g. 4,16,64"),
+    posterior_counts: str | None = typer.Option(None, "--posterior-counts", help="e.g. 2,8,32"),
+    curve_findings: str | None = typer.Option(
+        None, "--curve-findings", help="Findings of the budget/posterior curves (default: all)."
+    ),
+    curve_geometries: str | None = typer.Option(
+        None, "--curve-geometries", help="Models of the budget/posterior curves (comma list)."
+    ),
+    repeats: int = typer.Option(3, "--repeats", help="Anchor draws per budget/posterior point."),
+    runtime_queries: int = typer.Option(1000, "--runtime-queries", help="Q of Table 4."),
+    runtime_gallery: int = typer.Option(10000, "--runtime-gallery", help="G of Table 4."),
+    runtime_anchors: str | None = typer.Option(None, "--runtime-anchors", help="e.g. 10,100,1000"),
+    phantom_n: int = typer.Option(1200, "--phantom-n", help="Phantom images (default source)."),
+    phantom_seed: int = typer.Option(0, "--phantom-seed", help="Phantom world seed."),
+    max_images_per_split: int | None = typer.Option(
+        None, "--max-images-per-split", help="CheXpert: sample this many images per split."
+    ),
+    cache_dir: Path = typer.Option(
+        Path(".cache/chexretrieve/eval"), "--cache-dir", help="Embedding cache folder."
+    ),
+    device: str = typer.Option("auto", "--device", help="Encoder device: auto, cpu, cuda."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
+) -> None:
+    """Per-finding AUPRC of every geometry, differences to cosine and ITI with 95% intervals
+    (the paper's Tables 2 and 3), and the experiments of Figs. 3-5 and Table 4, as a report folder.
+
+    Source: --db, or --chexpert-root with --checkpoint/--encoder, or (default) the phantom world.
+    """
+    from dataclasses import replace
+
+    from rich.console import Console
+
+    from chexretrieve.evaluation import config as C
+
+    console = Console()
+    if db and chexpert_root:
+        raise typer.BadParameter("give either --db or --chexpert-root, not both")
+    protocol = C.ProtocolConfig(
+        blank_as=blank_as, uncertain_as=uncertain_as, frontal_only=frontal_only
+    )
+    intervals = C.IntervalConfig(
+        n_bootstrap=bootstrap, seed=seed, query_resampling=query_resampling
+    )
+    retrieval = C.RetrievalEvalConfig(
+        protocol=protocol, intervals=intervals, max_variants=max_variants
+    )
+    if (f := _findings(findings)) is not None:
+        retrieval = replace(retrieval, findings=f)
+    if (g := _csv(geometries)) is not None:
+        retrieval = replace(retrieval, geometries=g)
+    mixing = C.MixingConfig()
+    if (f := _findings(mixing_findings)) is not None:
+        mixing = replace(mixing, findings=f)
+    if (w := _floats(mixing_weights, "--mixing-weights")) is not None:
+        mixing = replace(mixing, weights=w)
+    if nuisance:
+        mixing = replace(mixing, nuisance=nuisance)
+    curve = _findings(curve_findings) or ()
+    budget = C.BudgetConfig(repeats=repeats, seed=seed, findings=curve)
+    if (n := _ints(budget_counts, "--budget-counts")) is not None:
+        budget = replace(budget, anchor_counts=n)
+    posterior = C.PosteriorConfig(repeats=repeats, seed=seed, findings=curve)
+    if (g := _csv(curve_geometries)) is not None:
+        budget = replace(budget, geometries=g)
+        posterior = replace(posterior, geometries=g)
+    if (n := _ints(posterior_counts, "--posterior-counts")) is not None:
+        posterior = replace(posterior, target_counts=n)
+    runtime = C.RuntimeConfig(n_queries=runtime_queries, n_gallery=runtime_gallery, seed=seed)
+    if (n := _ints(runtime_anchors, "--runtime-anchors")) is not None:
+        runtime = replace(runtime, anchor_counts=n)
+
+    from chexretrieve.encoders import EncoderConfig
+    from chexretrieve.evaluation.sources import load_anchor_texts
+
+    encoder_config = EncoderConfig(device=device, tokenizer_path=tokenizer)
+    texts = load_anchor_texts(anchors_root, retrieval.findings, max_variants)
+    specs = [f"chexzero:{p}" for p in checkpoint] + list(encoder)
+    show = not quiet
+    if chexpert_root:
+        from chexretrieve.evaluation.sources import chexpert_source
+
+        archive, views = chexpert_source(
+            chexpert_root,
+            specs,
+            texts,
+            encoder_config=encoder_config,
+            cache_dir=cache_dir,
+            max_images_per_split=max_images_per_split,
+            show_progress=show,
+        )
+        source, name = f"CheXpert-layout folder {chexpert_root}", "chexpert"
+        mixing = replace(mixing, nuisance_label=nuisance_label or "AP/PA")
+    elif db:
+        from chexretrieve.evaluation.sources import store_source
+
+        archive, views = store_source(
+            db, specs or ["phantom"], texts, encoder_config=encoder_config, cache_dir=cache_dir
+        )
+        source, name = f"store {db}", "store"
+        mixing = replace(mixing, nuisance_label=nuisance_label or "view_position")
+    else:
+        from chexretrieve.evaluation.phantom_source import phantom_source
+
+        phantom = C.PhantomSourceConfig(
+            n_images=phantom_n, seed=phantom_seed, cache_dir=str(cache_dir)
+        )
+        archive, views = phantom_source(
+            phantom,
+            texts,
+            encoder_spec=(specs or ["phantom"])[0],
+            encoder_config=encoder_config,
+            show_progress=show,
+        )
+        source = (
+            f"phantom world (SIMULATION), seed {phantom_seed}, {phantom_n} images, generated in "
+            "memory and embedded by the phantom encoder"
+        )
+        name = "phantom"
+        mixing = replace(mixing, nuisance_label=nuisance_label or "AP/PA")
+    plan = C.EvaluationPlan(
+        retrieval=retrieval,
+        experiments=_csv(experiments) or (),
+        mixing=mixing,
+        budget=budget,
+        posterior=posterior,
+        runtime=runtime,
+    )
+    _run_and_write(archive, views, plan, out, name, source, texts, console, show)
+
+
+def _run_and_write(archive, views, plan, out, name, source, texts, console, show) -> None:
+    from chexretrieve.evaluation.pipeline import evaluate
+    from chexretrieve.evaluation.report import table2_frames, table3_frames, write_report
+    from chexretrieve.evaluation.tables import to_rich
+
+    out = out or Path("eval/reports") / f"{name}-{dt.date.today().isoformat()}"
+    report = evaluate(
+        archive,
+        views,
+        plan,
+        title=f"Retrieval evaluation: {name}",
+        command=_command_line(),
+        source=source,
+        show_progress=show,
+    )
+    report.settings["anchor_sets"] = list(texts.provenance)
+    paths = write_report(report, out)
+    for title, (text, means) in (
+        ("Table 2: softmax anchor divergence − reference (AUPRC)", table2_frames(report)),
+        ("Table 3: anchor geometry − cosine (AUPRC)", table3_frames(report)),
+    ):
+        if not text.empty:
+            console.print(to_rich(text, means, title=title))
+    for note in report.notes:
+        console.print(f"[yellow]{note}[/]")
+    if report.run is not None and report.run.skipped:
+        for what, why in report.run.skipped:
+            console.print(f"[yellow]skipped {what}: {why}[/]")
+    console.print(f"report: {paths['html']}  ({paths['markdown']})")
+
+
+@eval_app.command("runtime")
+def runtime_command(
+    queries: int = typer.Option(1000, "--queries", help="Q queries."),
+    gallery: int = typer.Option(10000, "--gallery", help="G gallery items."),
+    dim: int = typer.Option(512, "--dim", help="Embedding dimension."),
+    anchors: str = typer.Option("10,100,1000,10000", "--anchors", help="Anchor-set sizes N."),
+    geometries: str = typer.Option("cosine,softmax,gaussian,latent_gaussian", "--geometries"),
+    repeats: int = typer.Option(3, "--repeats"),
+    warmup: int = typer.Option(1, "--warmup"),
+    device: str = typer.Option("auto", "--device", help="auto | cpu | cuda (scoring matmul)."),
+    out: Path | None = typer.Option(None, "--out", help="Also write CSV + PNG here."),
+) -> None:
+    """Table 4: fit + features + top-k retrieval time vs number of anchors (random embeddings)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from chexretrieve.evaluation.config import RuntimeConfig
+    from chexretrieve.evaluation.runtime import runtime_table, time_retrieval
+
+    config = RuntimeConfig(
+        n_queries=queries,
+        n_gallery=gallery,
+        dim=dim,
+        anchor_counts=_ints(anchors, "--anchors") or (),
+        geometries=_csv(geometries) or (),
+        repeats=repeats,
+        warmup=warmup,
+        device=device,
+    )
+    frame = time_retrieval(config)
+    table = runtime_table(frame)
+    rich_table = Table(title=f"seconds, {queries} queries x {gallery} gallery, d={dim}")
+    rich_table.add_column("N anchors", justify="right")
+    for col in table.columns:
+        rich_table.add_column(str(col), justify="right")
+    for n, row in table.iterrows():
+        rich_table.add_row(str(n), *[f"{v:.3f}" for v in row])
+    Console().print(rich_table)
+    if out:
+        from chexretrieve.evaluation import figures as F
+
+        out.mkdir(parents=True, exist_ok=True)
+        frame.to_csv(out / "runtime.csv", index=False)
+        F.save_figure(F.runtime_curves(frame, rich_table.title), out / "runtime.png")
+
+
+from chexretrieve.evaluation.natural_commands import natural_command  # noqa: E402
+
+eval_app.command("natural")(natural_command)

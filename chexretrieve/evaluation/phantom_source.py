@@ -1,0 +1,113 @@
+"""The default evaluation source: the phantom world, generated in memory and embedded end to end.
+
+Cases ``0..n-1`` of world ``seed`` are drawn by ``chexretrieve.phantom.generate_case`` (the cases
+``chexretrieve phantom make --n N --seed S`` writes as DICOM) in worker processes, and embedded by
+the phantom encoder in the main process. Labels are the cases' CheXpert-style *reported* labels
+(1, 0, -1, blank), the split is the generator's patient-level split, and ``AP/PA``, ``Sex`` and
+``Age`` are kept as nuisance coordinates; ``truth: <finding>`` columns hold the true presence.
+Labels and embeddings are cached per (encoder, seed, n, config).
+
+SIMULATION: figures measured on phantoms say nothing about clinical performance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from chexretrieve.evaluation.config import PhantomSourceConfig
+from chexretrieve.evaluation.inputs import EncodedView
+from chexretrieve.evaluation.progress import progress_bar
+from chexretrieve.evaluation.protocol import LabelledArchive
+from chexretrieve.evaluation.sources import AnchorTexts, EmbeddingCache, embed_anchor_bank
+from chexretrieve.findings import FINDINGS
+
+_CHUNK = 32
+
+
+def _generate_chunk(seed: int, indices: Sequence[int]) -> tuple[list[np.ndarray], list[dict]]:
+    from chexretrieve.phantom import PhantomConfig, generate_case
+
+    images, rows = [], []
+    for index in indices:
+        case = generate_case(seed, index, PhantomConfig())
+        images.append(case.image)
+        rows.append(
+            {
+                "image_id": f"phantom-{seed}-{index:06d}",
+                "split": case.metadata["split"],
+                **{f: case.labels.get(f, np.nan) for f in FINDINGS},
+                "AP/PA": case.metadata["view"],
+                "Sex": case.metadata["sex"],
+                "Age": case.metadata["age"],
+                **{f"truth: {f}": float(case.truth.get(f, False)) for f in FINDINGS},
+            }
+        )
+    return images, rows
+
+
+def phantom_source(
+    config: PhantomSourceConfig,
+    texts: AnchorTexts,
+    *,
+    encoder_spec: str = "phantom",
+    encoder_config=None,
+    show_progress: bool = True,
+) -> tuple[LabelledArchive, list[EncodedView]]:
+    """Generate ``config.n_images`` phantom cases, embed them, and embed the anchors."""
+    from chexretrieve.encoders import load_encoder
+    from chexretrieve.phantom import PhantomConfig
+
+    if config.n_images < 2:
+        raise ValueError(f"the phantom source needs at least 2 images, got {config.n_images}")
+    encoder = load_encoder(encoder_spec, encoder_config)
+    cache = EmbeddingCache(Path(config.cache_dir) if config.cache_dir else None)
+    key = EmbeddingCache.key(
+        encoder.encoder_id,
+        "phantom",
+        [str(config.seed), str(config.n_images), repr(PhantomConfig())],
+    )
+    labels_path = Path(config.cache_dir) / f"{key}.csv" if config.cache_dir else None
+    embeddings = cache.get(key)
+    if embeddings is not None and labels_path is not None and labels_path.is_file():
+        table = pd.read_csv(labels_path)
+    else:
+        embeddings, table = _generate_and_embed(config, encoder, show_progress)
+        cache.put(key, embeddings)
+        if labels_path is not None:
+            table.to_csv(labels_path, index=False)
+    labels = table.drop(columns=["image_id", "split"]).reset_index(drop=True)
+    archive = LabelledArchive(
+        table["image_id"].astype(str).to_numpy(), table["split"].astype(str).to_numpy(), labels
+    )
+    bank = embed_anchor_bank(encoder, texts, cache)
+    view = EncodedView(encoder.encoder_id, float(encoder.inv_temperature), embeddings, bank)
+    return archive, [view]
+
+
+def _generate_and_embed(config: PhantomSourceConfig, encoder, show_progress: bool):
+    chunks = [
+        list(range(start, min(start + _CHUNK, config.n_images)))
+        for start in range(0, config.n_images, _CHUNK)
+    ]
+    parts, rows = [], []
+    with progress_bar(show_progress) as progress:
+        bar = progress.add_task("phantom world: generate + embed", total=config.n_images)
+        if config.workers > 1:
+            with ProcessPoolExecutor(max_workers=config.workers) as pool:
+                results = pool.map(_generate_chunk, [config.seed] * len(chunks), chunks)
+                for images, chunk_rows in results:
+                    parts.append(np.asarray(encoder.embed_images(images), dtype=np.float32))
+                    rows += chunk_rows
+                    progress.advance(bar, len(images))
+        else:
+            for chunk in chunks:
+                images, chunk_rows = _generate_chunk(config.seed, chunk)
+                parts.append(np.asarray(encoder.embed_images(images), dtype=np.float32))
+                rows += chunk_rows
+                progress.advance(bar, len(images))
+    return np.concatenate(parts), pd.DataFrame(rows)

@@ -1,0 +1,177 @@
+"""Sources end to end: a tiny CheXpert-layout folder with tiny random CheXzero checkpoints
+(CLI), the natural-image protocol with a tiny Hugging Face CLIP, the phantom source with a
+stand-in encoder, and the real geometries on the toy world."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from eval_fakes import toy_world
+from eval_fixtures import (
+    write_anchor_root,
+    write_chexpert_folder,
+    write_chexzero,
+    write_natural_folder,
+    write_tiny_hf_clip,
+)
+from typer.testing import CliRunner
+
+from chexretrieve.cli import app
+from chexretrieve.evaluation.config import IntervalConfig, RetrievalEvalConfig
+from chexretrieve.evaluation.runner import run_retrieval
+from chexretrieve.evaluation.sources import load_anchor_texts, read_chexpert_folder
+from chexretrieve.evaluation.summaries import difference_table
+
+runner = CliRunner()
+
+
+def test_read_chexpert_folder_resolves_paths_and_labels(tmp_path):
+    root = write_chexpert_folder(tmp_path)
+    archive, paths = read_chexpert_folder(root)
+    assert len(archive) == 34 and all(p.is_file() for p in paths)
+    assert set(archive.splits) == {"train", "valid"}
+    assert archive.labels.loc[5, "Pleural Effusion"] == -1
+    assert "AP/PA" in archive.labels.columns
+    small, _ = read_chexpert_folder(root, max_images_per_split=5)
+    assert len(small) == 10
+    (root / "valid.csv").unlink()
+    with pytest.raises(ValueError, match="valid.csv"):
+        read_chexpert_folder(root)
+
+
+def test_anchor_texts_from_files(tmp_path):
+    root = write_anchor_root(tmp_path / "anchors")
+    texts = load_anchor_texts(root, ("Pleural Effusion", "Cardiomegaly"))
+    assert [v for v, _ in texts.findings["Pleural Effusion"]] == ["a", "b"]
+    assert len(texts.broad) == 16
+    assert list(texts.nuisance) == ["nuisance/projection-habitus"]
+
+
+def test_cli_chexpert_two_checkpoints(tmp_path):
+    root = write_chexpert_folder(tmp_path / "data")
+    checkpoints, tokenizer = write_chexzero(tmp_path / "models", seeds=(0, 1))
+    anchors = write_anchor_root(tmp_path / "anchors")
+    out = tmp_path / "report"
+    args = ["eval", "retrieval", "--chexpert-root", str(root), "--tokenizer", str(tokenizer)]
+    for ckpt in checkpoints:
+        args += ["--checkpoint", str(ckpt)]
+    args += [
+        "--anchors-root", str(anchors), "--findings", "pleural effusion,cardiomegaly",
+        "--geometries", "cosine,iti,softmax,gaussian,posterior_latent_spherical",
+        "--experiments", "mixing,budget", "--mixing-weights", "0,1", "--budget-counts", "2,4",
+        "--curve-geometries", "softmax,gaussian", "--repeats", "1", "--bootstrap", "50",
+        "--cache-dir", str(tmp_path / "cache"),
+        "--device", "cpu", "--out", str(out), "--quiet",
+    ]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "Table 2" in result.output and "Effusion" in result.output
+    table2 = pd.read_csv(out / "tables" / "table2.csv", index_col=0)
+    assert table2.loc["Pleural Effusion", "n queries"] == 4  # valid rows 0, 3, 6, 9
+    per_query = pd.read_csv(out / "per_query_ap.csv.gz")
+    assert per_query["checkpoint"].nunique() == 2 and per_query["variant"].nunique() == 2
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert "fig3_mixing.png" in manifest["figures"] and "fig4_budget.png" in manifest["figures"]
+    assert len(list((tmp_path / "cache").glob("images-*.npy"))) == 2
+
+
+def test_embedding_cache_skips_a_second_pass(tmp_path):
+    from chexretrieve.evaluation.sources import EmbeddingCache, embed_image_files
+
+    root = write_chexpert_folder(tmp_path, n_train=3, n_valid=2)
+    _, paths = read_chexpert_folder(root)
+
+    class Counting:
+        encoder_id, calls = "count:1", 0
+
+        def embed_images(self, images):
+            Counting.calls += len(images)
+            return np.ones((len(images), 4), np.float32) / 2
+
+    cache = EmbeddingCache(tmp_path / "cache")
+    first = embed_image_files(Counting(), paths, cache, batch_size=2, show_progress=False)
+    second = embed_image_files(Counting(), paths, cache, batch_size=2, show_progress=False)
+    assert Counting.calls == 5 and first.shape == (5, 4)
+    np.testing.assert_array_equal(first, second)
+    paths[0].touch()  # a changed file invalidates the cache
+    embed_image_files(Counting(), paths, cache, show_progress=False)
+    assert Counting.calls == 10
+
+
+def test_cli_bad_source_messages(tmp_path):
+    result = runner.invoke(
+        app, ["eval", "retrieval", "--db", "sqlite:///x.db", "--chexpert-root", str(tmp_path)]
+    )
+    assert result.exit_code != 0 and "either --db or --chexpert-root" in result.output
+    result = runner.invoke(app, ["eval", "retrieval", "--findings", "Pleural Thing"])
+    assert result.exit_code != 0 and "unknown finding" in result.output
+
+
+def test_cli_natural_images(tmp_path):
+    images = write_natural_folder(tmp_path / "images")
+    model = write_tiny_hf_clip(tmp_path / "clip")
+    out = tmp_path / "natural"
+    result = runner.invoke(
+        app,
+        [
+            "eval", "natural", str(images), "--model", str(model), "--geometries",
+            "cosine,softmax,gaussian", "--weights", "0,1", "--bootstrap", "50", "--device", "cpu",
+            "--out", str(out), "--quiet",
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    table = pd.read_csv(out / "tables" / "natural_auprc.csv")
+    assert set(table["coordinate"]) == {"class", "style"}
+    assert table["n_queries"].iloc[0] == 12
+    assert "fig3_mixing.png" in json.loads((out / "manifest.json").read_text())["figures"]
+    assert "luma grey" in (out / "report.md").read_text()
+
+
+def test_real_geometries_favour_the_finding_on_the_toy_world():
+    archive, view = toy_world()
+    config = RetrievalEvalConfig(
+        findings=("Pleural Effusion",),
+        geometries=("cosine", "iti", "softmax", "gaussian", "latent_spherical", "movmf"),
+        intervals=IntervalConfig(n_bootstrap=100),
+        inv_temperature=10.0,
+    )
+    run = run_retrieval(archive, [view], config, show_progress=False)
+    diffs = difference_table(
+        run, [(g, "cosine") for g in ("softmax", "gaussian", "latent_spherical", "movmf")],
+        config.intervals,
+    )  # fmt: skip
+    assert (diffs["low"] > 0.1).all(), diffs
+
+
+def test_phantom_source_with_a_stand_in_encoder(tmp_path, monkeypatch):
+    import chexretrieve.encoders as encoders
+    from chexretrieve.evaluation.config import PhantomSourceConfig
+    from chexretrieve.evaluation.phantom_source import phantom_source
+    from chexretrieve.evaluation.sources import AnchorTexts
+
+    class Pixels:
+        encoder_id, inv_temperature = "stand-in:1", 50.0
+
+        def embed_images(self, images):
+            x = np.stack([np.resize(im[::40, ::40].ravel(), 16) for im in images]) + 1e-3
+            return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+        def embed_texts(self, texts):
+            x = np.stack(
+                [np.resize(np.frombuffer(t.encode() * 4, np.uint8)[:16], 16) for t in texts]
+            )
+            x = x.astype(np.float64) + 1.0
+            return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+    monkeypatch.setattr(encoders, "load_encoder", lambda spec, config=None: Pixels())
+    texts = AnchorTexts({"Pleural Effusion": (("a", ("effusion", "no effusion")),)})
+    config = PhantomSourceConfig(n_images=6, cache_dir=str(tmp_path), workers=1)
+    archive, (view,) = phantom_source(config, texts, show_progress=False)
+    assert len(archive) == 6 and view.embeddings.shape == (6, 16)
+    assert {"AP/PA", "Sex", "truth: Pleural Effusion"} <= set(archive.labels.columns)
+    assert set(archive.splits) <= {"train", "valid"}
+    again, _ = phantom_source(config, texts, show_progress=False)  # from the cache
+    np.testing.assert_array_equal(again.image_ids, archive.image_ids)
