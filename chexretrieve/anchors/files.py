@@ -408,6 +408,14 @@ def save_new_version(anchor_set: AnchorSet, root: str | Path | None = None) -> P
     Saving the identical content again is a no-op returning the existing path. A different file
     already at ``id@version`` raises AnchorSetError naming it: edit via ``anchor_set.revised()``.
     """
+    restricted = [
+        k for k, src in anchor_set.sources.items() if src.parameters.get("no_redistribution")
+    ]
+    if restricted:
+        raise AnchorSetError(
+            f"{anchor_set.key} contains text whose licence forbids redistribution (source "
+            f"{restricted[0]!r}); it is for run-time use only and is never written to disk"
+        )
     root = Path(root) if root is not None else anchors_root()
     path = root / anchor_set.relative_path()
     if path.exists():

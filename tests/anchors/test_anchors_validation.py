@@ -169,13 +169,8 @@ def test_unreadable_and_non_mapping_files(tmp_path) -> None:
 
 def test_several_bad_entries_keep_their_own_indices_and_lines(tmp_path) -> None:
     path = saved_effusion(tmp_path)
-    _edit(
-        path,
-        '"Moderate right pleural effusion, increased from prior.", polarity: positive, ',
-        (
-            '"Moderate right pleural effusion, increased from prior.", polarity: positive, extra: 1, '
-        ),
-    )
+    moderate = '"Moderate right pleural effusion, increased from prior.", polarity: positive, '
+    _edit(path, moderate, moderate + "extra: 1, ")
     _edit(path, "polarity: negative, source: main}", "polarity: 3, source: main}")
     errors = _messages(path)
     assert len(errors) == 2, errors
