@@ -1,0 +1,180 @@
+"""Top-k search speed of every anchor geometry over cached features, as a ratio to cosine.
+
+A gallery of G random unit vectors and N random unit anchors per anchor count. For each geometry:
+fit, cache the gallery's features (timed, with tracemalloc's peak: the features themselves plus
+temporaries), then answer Q queries in batches: one matrix product (batch × G) of query vectors
+against the cached key vectors, and argpartition for the top k. The search time per query is
+divided by cosine's, measured in the same run on the same gallery; the geometries are timed in
+turn for --repeats rounds and each keeps its best pass.
+
+    .venv/bin/python benchmarks/geometry_search.py                      # 200k x 512, float32
+    .venv/bin/python benchmarks/geometry_search.py --gallery 50000 --anchors 16 256
+
+Goals: softmax (N <= 256) <= 1.0x cosine; gaussian and latent models <= 1.1x; gmm, movmf <= 2.2x.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+import tracemalloc
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from chexretrieve.geometry import fit_geometry
+
+KINDS = (
+    "cosine",
+    "iti",
+    "softmax",
+    "gaussian",
+    "latent_gaussian",
+    "latent_spherical",
+    "gmm",
+    "movmf",
+)
+GOALS = {
+    "cosine": 1.0,
+    "iti": 1.1,
+    "softmax": 1.0,
+    "gaussian": 1.1,
+    "latent_gaussian": 1.1,
+    "latent_spherical": 1.1,
+    "gmm": 2.2,
+    "movmf": 2.2,
+}
+
+
+def unit_rows(rng: np.random.Generator, count: int, dim: int, dtype) -> np.ndarray:
+    out = np.empty((count, dim), dtype=dtype)
+    for start in range(0, count, 65536):
+        block = rng.standard_normal((min(65536, count - start), dim))
+        out[start : start + len(block)] = block / np.linalg.norm(block, axis=1, keepdims=True)
+    return out
+
+
+def search(geom, query_features: np.ndarray, keys: np.ndarray, top: int, batch: int):
+    """Top-``top`` key indices per query (best first), one matrix product per batch of queries."""
+    found = np.empty((len(query_features), top), dtype=np.int64)
+    kth = keys.shape[0] - top
+    for start in range(0, len(query_features), batch):
+        vectors = geom.query_vectors(query_features[start : start + batch])
+        block = vectors @ keys.T
+        best = np.argpartition(block, kth, axis=1)[:, kth:]
+        order = np.argsort(-np.take_along_axis(block, best, axis=1), axis=1)
+        found[start : start + batch] = np.take_along_axis(best, order, axis=1)
+    return found
+
+
+def prepare(kind, anchors, gallery, queries, args) -> dict:
+    """Fit, cache the gallery's features (timed, tracemalloc peak) and the queries' features."""
+    options = {}
+    if kind in ("gmm", "movmf"):
+        options = {"n_components": args.components, "seed": args.seed}
+    start = time.perf_counter()
+    geom = fit_geometry(kind, anchors, inv_temperature=args.inv_temperature, **options)
+    fit_s = time.perf_counter() - start
+    tracemalloc.start()
+    start = time.perf_counter()
+    keys = geom.features(gallery)
+    cache_s = time.perf_counter() - start
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return {
+        "kind": kind,
+        "geom": geom,
+        "keys": keys,
+        "query_features": geom.features(queries),
+        "width": geom.feature_dim,
+        "fit_s": fit_s,
+        "cache_s": cache_s,
+        "peak_mb": peak / 2**20,
+        "per_query_ms": np.inf,
+    }
+
+
+def time_round_robin(rows: list[dict], args) -> None:
+    """Search with every geometry in turn, ``repeats`` rounds; keep each one's best pass.
+
+    Interleaving the geometries spreads any background load on the machine over all of them.
+    """
+    for _ in range(args.repeats):
+        for row in rows:
+            start = time.perf_counter()
+            search(row["geom"], row["query_features"], row["keys"], args.top, args.batch)
+            per_query = (time.perf_counter() - start) / len(row["query_features"])
+            row["per_query_ms"] = min(row["per_query_ms"], per_query * 1e3)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--gallery", type=int, default=200_000, help="gallery size G")
+    parser.add_argument("--dim", type=int, default=512, help="embedding dimension d")
+    parser.add_argument(
+        "--anchors", type=int, nargs="+", default=[16, 64, 256, 1024], help="anchor counts N"
+    )
+    parser.add_argument("--queries", type=int, default=500, help="queries searched per geometry")
+    parser.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+    parser.add_argument("--batch", type=int, default=250, help="queries per matrix product")
+    parser.add_argument("--top", type=int, default=10, help="neighbours returned per query")
+    parser.add_argument("--repeats", type=int, default=3, help="search passes; the best counts")
+    parser.add_argument("--components", type=int, default=4, help="gmm / movmf components")
+    parser.add_argument("--inv-temperature", type=float, default=100.0)
+    parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=KINDS)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+
+    console = Console(width=110)
+    rng = np.random.default_rng(args.seed)
+    dtype = np.dtype(args.dtype)
+    gallery = unit_rows(rng, args.gallery, args.dim, dtype)
+    queries = unit_rows(rng, args.queries, args.dim, dtype)
+    console.print(
+        f"gallery {args.gallery} x {args.dim} {args.dtype} ({gallery.nbytes / 2**20:.0f} MiB), "
+        f"{args.queries} queries, top-{args.top}, batches of {args.batch}, "
+        f"best of {args.repeats}; {os.cpu_count()} CPU cores"
+    )
+    for count in args.anchors:
+        anchors = unit_rows(rng, count, args.dim, np.float64)
+        kinds = ["cosine"] + [kind for kind in args.kinds if kind != "cosine"]
+        rows = [prepare(kind, anchors, gallery, queries, args) for kind in kinds]
+        time_round_robin(rows, args)
+        cosine = rows[0]
+        table = Table(title=f"N = {count} anchors")
+        for column in (
+            "geometry",
+            "width",
+            "ms/query",
+            "x cosine",
+            "goal",
+            "fit s",
+            "cache s",
+            "cache peak MiB",
+        ):
+            table.add_column(column, justify="left" if column == "geometry" else "right")
+        for row in rows:
+            ratio = row["per_query_ms"] / cosine["per_query_ms"]
+            goal = GOALS[row["kind"]]
+            applies = not (row["kind"] == "softmax" and count > 256)
+            verdict = f"<= {goal:.1f}" if applies else "-"
+            style = "red" if applies and ratio > goal else None
+            table.add_row(
+                row["kind"],
+                str(row["width"]),
+                f"{row['per_query_ms']:.3f}",
+                f"{ratio:.2f}",
+                verdict,
+                f"{row['fit_s']:.2f}",
+                f"{row['cache_s']:.2f}",
+                f"{row['peak_mb']:.0f}",
+                style=style,
+            )
+        console.print(table)
+        rows.clear()
+
+
+if __name__ == "__main__":
+    main()
