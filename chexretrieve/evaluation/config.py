@@ -68,8 +68,8 @@ class IntervalConfig:
     n_bootstrap: int = 1000
     # coverage of the percentile interval
     confidence: float = 0.95
-    # "shared": one query resample per replicate used in every cell (the same validation images are
-    # the queries of every variant x checkpoint cell); "per_cell": an independent resample per cell
+    # "shared": one query draw per replicate for all cells (the queries are the same images in
+    # every cell); "per_cell": each drawn variant x checkpoint cell gets its own query draw
     query_resampling: str = "shared"
     # seed of the bootstrap's random generator
     seed: int = 0
@@ -129,7 +129,7 @@ class BudgetConfig:
 
     # anchor counts drawn from the finding's pooled anchor variants
     anchor_counts: tuple[int, ...] = (4, 8, 16, 32, 64, 128, 256)
-    # random draws per anchor count (averaged; the band is their 95% range of the mean)
+    # random anchor draws per count (cells of the bootstrap band, with the checkpoints)
     repeats: int = 3
     # geometries compared (cosine is drawn as a flat reference line)
     geometries: tuple[str, ...] = (
