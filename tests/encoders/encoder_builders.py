@@ -124,3 +124,43 @@ def tiny_clip_state_dict(
         state.update(block(f"visual.transformer.resblocks.{i}", vision_width))
         state.update(block(f"transformer.resblocks.{i}", text_width))
     return state
+
+
+def write_hf_clip_folder(
+    folder: Path,
+    tokenizer_folder: Path,
+    model_type: str = "clip",
+    projection_dim: int = 16,
+    layers: int = 2,
+    seed: int = 0,
+) -> Path:
+    """A tiny random CLIPModel (or MetaClip2Model) with tokenizer and image processor, saved with
+    save_pretrained."""
+    import transformers
+
+    if model_type == "clip":
+        config_class, model_class = transformers.CLIPConfig, transformers.CLIPModel
+    else:
+        config_class, model_class = transformers.MetaClip2Config, transformers.MetaClip2Model
+    config = config_class(
+        text_config=dict(
+            vocab_size=TINY_VOCAB_SIZE, hidden_size=32, intermediate_size=64,
+            num_hidden_layers=layers, num_attention_heads=2, max_position_embeddings=40,
+            bos_token_id=TINY_VOCAB_SIZE - 2, eos_token_id=TINY_VOCAB_SIZE - 1,
+            pad_token_id=TINY_VOCAB_SIZE - 1,
+        ),
+        vision_config=dict(
+            hidden_size=32, intermediate_size=64, num_hidden_layers=layers, num_attention_heads=2,
+            image_size=32, patch_size=8,
+        ),
+        projection_dim=projection_dim,
+        logit_scale_init_value=math.log(20.0),
+    )  # fmt: skip
+    torch.manual_seed(seed)
+    model_class(config).save_pretrained(folder)
+    tokenizer = transformers.CLIPTokenizer.from_pretrained(tokenizer_folder, local_files_only=True)
+    tokenizer.save_pretrained(folder)
+    transformers.CLIPImageProcessor(
+        size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}
+    ).save_pretrained(folder)
+    return folder

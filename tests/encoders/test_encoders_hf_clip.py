@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import hashlib
-import math
 import os
 
 import numpy as np
 import pytest
 import torch
-from encoder_builders import TINY_VOCAB_SIZE
+from encoder_builders import write_hf_clip_folder
 
 from chexretrieve.encoders import Encoder, EncoderConfig, EncoderError, load_encoder
 from chexretrieve.encoders.hf_clip import greyscale_to_rgb
@@ -17,30 +16,7 @@ from chexretrieve.encoders.hf_clip import greyscale_to_rgb
 
 @pytest.fixture(scope="module")
 def hf_folder(tmp_path_factory, tokenizer_folder):
-    from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel, CLIPTokenizer
-
-    folder = tmp_path_factory.mktemp("tiny-hf-clip")
-    config = CLIPConfig(
-        text_config=dict(
-            vocab_size=TINY_VOCAB_SIZE, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-            num_attention_heads=2, max_position_embeddings=40, bos_token_id=TINY_VOCAB_SIZE - 2,
-            eos_token_id=TINY_VOCAB_SIZE - 1, pad_token_id=TINY_VOCAB_SIZE - 1,
-        ),
-        vision_config=dict(
-            hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-            image_size=32, patch_size=8,
-        ),
-        projection_dim=16,
-        logit_scale_init_value=math.log(20.0),
-    )  # fmt: skip
-    torch.manual_seed(0)
-    CLIPModel(config).save_pretrained(folder)
-    CLIPTokenizer.from_pretrained(tokenizer_folder, local_files_only=True).save_pretrained(folder)
-    processor = CLIPImageProcessor(
-        size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}
-    )
-    processor.save_pretrained(folder)
-    return folder
+    return write_hf_clip_folder(tmp_path_factory.mktemp("tiny-hf-clip"), tokenizer_folder)
 
 
 @pytest.fixture(scope="module")
@@ -136,26 +112,7 @@ def test_bad_folders_name_the_problem(tmp_path, hf_folder) -> None:
 
 
 def test_metaclip_2_folders_load_through_the_same_route(tmp_path, tokenizer_folder) -> None:
-    from transformers import CLIPImageProcessor, CLIPTokenizer, MetaClip2Config, MetaClip2Model
-
-    config = MetaClip2Config(
-        text_config=dict(
-            vocab_size=TINY_VOCAB_SIZE, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-            num_attention_heads=2, max_position_embeddings=40, bos_token_id=TINY_VOCAB_SIZE - 2,
-            eos_token_id=TINY_VOCAB_SIZE - 1, pad_token_id=TINY_VOCAB_SIZE - 1,
-        ),
-        vision_config=dict(
-            hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-            image_size=32, patch_size=8,
-        ),
-        projection_dim=8,
-    )  # fmt: skip
-    torch.manual_seed(1)
-    MetaClip2Model(config).save_pretrained(tmp_path)
-    CLIPTokenizer.from_pretrained(tokenizer_folder, local_files_only=True).save_pretrained(tmp_path)
-    CLIPImageProcessor(
-        size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}
-    ).save_pretrained(tmp_path)
+    write_hf_clip_folder(tmp_path, tokenizer_folder, "metaclip_2", projection_dim=8, layers=1)
     encoder = load_encoder(f"hf-clip:{tmp_path}")
     assert encoder.encoder_id.startswith("hf-metaclip_2:")
     images, texts = encoder.embed_images(_images()), encoder.embed_texts(["the effusion"])
