@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -135,3 +136,18 @@ class PickyEncoder:
 
     def embed_texts(self, texts):  # noqa: ANN001, ANN201
         return self.inner.embed_texts(texts)
+
+
+@dataclass(frozen=True)
+class LargeImage:
+    """What a reader returns, reduced to the parts the decode pool handles."""
+
+    pixels: np.ndarray
+    label: str
+
+
+def large_image_reader(path, config):  # noqa: ANN001, ANN201
+    """A 1024 x 1024 float32 image (4 MiB, over the shared-memory threshold) seeded by the name."""
+    seed = int(Path(path).stem.rsplit("-", 1)[-1])
+    pixels = np.random.default_rng(seed).random((1024, 1024), dtype=np.float32)
+    return LargeImage(pixels, Path(path).name)
