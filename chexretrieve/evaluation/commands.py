@@ -124,6 +124,9 @@ def retrieval_command(
         Path(".cache/chexretrieve/eval"), "--cache-dir", help="Embedding cache folder."
     ),
     device: str = typer.Option("auto", "--device", help="Encoder device: auto, cpu, cuda."),
+    blas_threads: int = typer.Option(
+        1, "--blas-threads", help="BLAS threads for fitting/scoring (0: library default)."
+    ),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
 ) -> None:
     """Per-finding AUPRC of every geometry, differences to cosine and ITI with 95% intervals
@@ -229,6 +232,7 @@ def retrieval_command(
         budget=budget,
         posterior=posterior,
         runtime=runtime,
+        blas_threads=blas_threads or None,
     )
     _run_and_write(archive, views, plan, out, name, source, texts, console, show)
 

@@ -270,6 +270,9 @@ class EvaluationPlan:
     posterior: PosteriorConfig = field(default_factory=PosteriorConfig)
     # experiment (d): runtime (independent of the data: random embeddings)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+    # BLAS threads while fitting and scoring the tables and curves (many small matrices: one thread
+    # avoids oversubscription; None leaves the library default); the runtime experiment is untouched
+    blas_threads: int | None = 1
 
     def __post_init__(self) -> None:
         unknown = [e for e in self.experiments if e not in EXPERIMENTS]

@@ -69,7 +69,10 @@ def natural_command(
                 encoder.embed_texts(style_texts),
             )
         )
-    table, mixing = evaluate_natural(archive, views, config, intervals, show_progress=not quiet)
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(1):
+        table, mixing = evaluate_natural(archive, views, config, intervals, show_progress=not quiet)
     wide = natural_table_wide(table)
     colour_note = (
         "Images were embedded in colour."

@@ -41,13 +41,30 @@ def evaluate(
 ) -> EvaluationReport:
     """Run the tables and every experiment of ``plan``; an experiment that cannot run on this
     data (no nuisance anchors, no broad corpus) is skipped with a note in the report."""
+    from threadpoolctl import threadpool_limits  # installed with scikit-learn
+
+    with threadpool_limits(plan.blas_threads):
+        report = _tables_and_curves(archive, views, plan, fitter, show_progress)
+    report.title, report.command, report.source = title, command, source
+    if "runtime" in plan.experiments:
+        report.runtime = time_retrieval(plan.runtime, fitter=fitter, show_progress=show_progress)
+    return report
+
+
+def _tables_and_curves(
+    archive: LabelledArchive,
+    views: Sequence[EncodedView],
+    plan: EvaluationPlan,
+    fitter: Fitter | None,
+    show_progress: bool,
+) -> EvaluationReport:
     config = plan.retrieval
     run = run_retrieval(archive, views, config, fitter=fitter, show_progress=show_progress)
     pairs = list(dict.fromkeys(table2_pairs(run) + table3_pairs(run)))
     report = EvaluationReport(
-        title=title,
-        command=command,
-        source=source,
+        title="",
+        command="",
+        source="",
         run=run,
         auprc=auprc_table(run, config.intervals),
         differences=difference_table(run, pairs, config.intervals),
@@ -76,10 +93,6 @@ def evaluate(
         elif name == "posterior":
             report.posterior = posterior_experiment(
                 archive, views, plan.posterior, protocol, intervals, findings, **common
-            )
-        elif name == "runtime":
-            report.runtime = time_retrieval(
-                plan.runtime, fitter=fitter, show_progress=show_progress
             )
     return report
 
