@@ -33,3 +33,20 @@ def image_record(i: int, *, study: int | None = None, pixels: str = "", **overri
     )
     fields.update(overrides)
     return ImageRecord(**fields)
+
+
+def _root_conftest():
+    """tests/conftest.py by path (the module name 'conftest' is ambiguous across folders)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "conftest.py"
+    spec = importlib.util.spec_from_file_location("chexretrieve_tests_root_conftest", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_ROOT = _root_conftest()
+require = _ROOT.require
+require_binary = _ROOT.require_binary
