@@ -306,7 +306,7 @@ class DecodePool:
         worker = self._workers[index]
         try:
             message = worker.results.recv()
-        except (EOFError, OSError):
+        except Exception:  # noqa: BLE001 - EOF, or a message cut short by the worker's death
             self._drain_then_replace(index)
             return
         self._handle(worker, message)
@@ -332,7 +332,7 @@ class DecodePool:
         try:
             while worker.results.poll():
                 self._handle(worker, worker.results.recv())
-        except (EOFError, OSError):
+        except Exception:  # noqa: BLE001 - EOF, or a message cut short by the worker's death
             pass
         worker.process.join(timeout=5)
         if worker.process.is_alive():

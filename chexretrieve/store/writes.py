@@ -165,6 +165,13 @@ def remember_source(conn: Connection, stamp: SourceStamp | None, image_id: int) 
     if stamp is None:
         return
     key = path_key(stamp.path)
+    stored = conn.execute(
+        select(SourceFile.size_bytes, SourceFile.mtime_ns, SourceFile.image_id).where(
+            SourceFile.path_key == key
+        )
+    ).first()
+    if stored is not None and tuple(stored) == (stamp.size_bytes, stamp.mtime_ns, image_id):
+        return  # nothing changed: a re-run writes nothing here
     values = {
         "path": storable_text(stamp.path),
         "size_bytes": stamp.size_bytes,
@@ -172,11 +179,10 @@ def remember_source(conn: Connection, stamp: SourceStamp | None, image_id: int) 
         "image_id": image_id,
         "seen_at": utc_now(),
     }
-    changed = conn.execute(
-        update(SourceFile).where(SourceFile.path_key == key).values(**values)
-    ).rowcount
-    if not changed:
+    if stored is None:
         conn.execute(insert(SourceFile).values(path_key=key, **values))
+    else:
+        conn.execute(update(SourceFile).where(SourceFile.path_key == key).values(**values))
 
 
 def record_outcomes(conn: Connection, run_id: int, outcomes: Sequence[Outcome]) -> None:
