@@ -202,7 +202,10 @@ def _date(metadata: Mapping[str, object], key: str) -> str:
     text = str(value).replace("-", "")
     if not _DATE_RE.match(text):
         raise DicomWriteError(f"{key} {value!r} is not a date (YYYYMMDD or YYYY-MM-DD)")
-    dt.datetime.strptime(text, "%Y%m%d")
+    try:
+        dt.datetime.strptime(text, "%Y%m%d")
+    except ValueError:
+        raise DicomWriteError(f"{key} {value!r} is not a valid calendar date") from None
     return text
 
 
@@ -226,10 +229,12 @@ def write_radiograph(
     `transfer_syntax` is a UID or a short name from TRANSFER_SYNTAXES ('explicit', 'deflate',
     'rle', 'jpeg2000'); compressed syntaxes are lossless, so pixels read back identical.
     """
-    syntax = UID(TRANSFER_SYNTAXES.get(str(transfer_syntax), str(transfer_syntax)))
-    if syntax not in TRANSFER_SYNTAXES.values():
+    name = str(transfer_syntax)
+    known = {str(uid) for uid in TRANSFER_SYNTAXES.values()}
+    if name not in TRANSFER_SYNTAXES and name not in known:
         names = ", ".join(f"{k} ({v})" for k, v in TRANSFER_SYNTAXES.items())
         raise DicomWriteError(f"transfer syntax {transfer_syntax!r} is not written; use {names}")
+    syntax = UID(TRANSFER_SYNTAXES[name]) if name in TRANSFER_SYNTAXES else UID(name)
     ds = build_dataset(pixels_uint16, metadata, photometric, bits_stored)
     if syntax.is_compressed:
         try:

@@ -37,7 +37,7 @@ class Anatomy:
     heart_tilt: float = 0.68  # long axis angle (radians, down to the patient's left)
     mediastinum_widening: float = 1.0  # 1 = normal; > 1 widens the upper mediastinum
     knob: float = 0.05  # aortic knob bulge
-    rib_spacing: float = 0.105  # vertical spacing of the posterior ribs at the apex
+    rib_spacing: float = 0.118  # vertical spacing of the posterior ribs at the apex
     rib_phase: float = 0.0  # shifts the rib pattern vertically
     clavicle_lift: float = 0.0  # AP views project the clavicles higher
     scapula_overlap: float = 0.0  # AP views project the scapulae over the lungs
@@ -221,8 +221,8 @@ def _rib_tables() -> tuple[np.ndarray, np.ndarray]:
     """Density along the rib phase for all posterior ribs (a band with brighter cortex per
     period) and for the anterior ribs; zero outside the drawn ribs."""
     f = (np.arange(RIB_COUNT * RIB_TABLE) + 0.5) / RIB_TABLE % 1.0
-    band = np.clip(f / 0.06, 0, 1) * np.clip((0.42 - f) / 0.06, 0, 1)
-    posterior = band * (0.8 + 0.4 * np.abs(f * (2 / 0.42) - 1.0))
+    band = np.clip(f / 0.06, 0, 1) * np.clip((RIB_WIDTH - f) / 0.06, 0, 1)
+    posterior = band * (0.8 + 0.4 * np.abs(f * (2 / RIB_WIDTH) - 1.0))
     posterior[-1] = 0.0
     f2 = (np.arange(ANTERIOR_COUNT * RIB_TABLE) + 0.5) / RIB_TABLE % 1.0
     anterior = np.clip(f2 / 0.1, 0, 1) * np.clip((0.4 - f2) / 0.1, 0, 1)
@@ -230,6 +230,12 @@ def _rib_tables() -> tuple[np.ndarray, np.ndarray]:
     return posterior.astype(np.float32), anterior.astype(np.float32)
 
 
+#: the rib period grows downwards: phase = (u - RIB_CHIRP u^2) / spacing (monotonic for u < 4)
+RIB_CHIRP = 0.12
+#: curvature of the posterior ribs (they arch up from the spine and fall towards the wall)
+RIB_ARCH = 0.72
+#: fraction of a rib period the rib itself occupies
+RIB_WIDTH = 0.45
 #: samples per rib period in the rib tables
 RIB_TABLE = 256
 #: how many posterior / anterior ribs are drawn
@@ -238,10 +244,10 @@ _POSTERIOR, _ANTERIOR = _rib_tables()
 
 
 def rib_phase(a: Anatomy, xm: np.ndarray, Y: np.ndarray) -> np.ndarray:
-    """Continuous rib number at each point: rib k occupies phases [k, k + 0.42)."""
-    u = Y - xm * (0.5 * xm - 0.16) - np.float32(a.lung_top - 0.05 + a.rib_phase)
+    """Continuous rib number at each point: rib k occupies phases [k, k + RIB_WIDTH)."""
+    u = Y - xm * (RIB_ARCH * xm - 0.24) - np.float32(a.lung_top - 0.05 + a.rib_phase)
     np.maximum(u, np.float32(-0.2), out=u)
-    return u * (np.float32(1.0 / a.rib_spacing) - np.float32(0.55 / a.rib_spacing) * u)
+    return u * (np.float32(1.0 / a.rib_spacing) - np.float32(RIB_CHIRP / a.rib_spacing) * u)
 
 
 def _draw_ribs(frame: Frame, a: Anatomy, layers: Layers) -> None:
@@ -249,7 +255,7 @@ def _draw_ribs(frame: Frame, a: Anatomy, layers: Layers) -> None:
     s = a.lung_scale
     for side in (-1, 1):
         x_lo, x_hi = a.side_x(side, 0.0), a.side_x(side, 0.95 * s)
-        y_end = a.dome[0 if side < 0 else 1] + 0.3
+        y_end = a.dome[0 if side < 0 else 1] + 0.18
         win = frame.window(min(x_lo, x_hi), max(x_lo, x_hi), a.lung_top - 0.12, y_end)
         if win is None:
             continue
@@ -263,7 +269,7 @@ def _draw_ribs(frame: Frame, a: Anatomy, layers: Layers) -> None:
             # only rib `rib` and its interspaces move, so the neighbours stay whole
             along = xm - fx
             on_rib = (phase >= rib - 0.3) & (phase < rib + 0.75)
-            gaps.append(ramp(0.026 - np.abs(along), 0.01) * on_rib)
+            gaps.append(ramp(shift * 0.12 - np.abs(along), 0.01) * on_rib)
             phase += (min(shift, 0.3) * on_rib) * ramp(0.22 - along, 0.22) * (along > 0)
         phase *= np.float32(RIB_TABLE)
         index = np.clip(phase, 0, RIB_COUNT * RIB_TABLE - 1, out=phase).astype(np.int32)
@@ -272,7 +278,7 @@ def _draw_ribs(frame: Frame, a: Anatomy, layers: Layers) -> None:
             posterior *= 1.0 - 0.9 * gap
         posterior *= ramp(0.9 * s - xm, 0.04)
         posterior *= ramp(np.float32(y_end) - win.Y, 0.2)
-        posterior *= np.float32(0.11)
+        posterior *= np.float32(0.12)
         layers.dense[win.sl] += posterior
         # anterior ribs: fainter, sloping down towards the sternum, lateral to the cartilage
         x_lo2 = a.side_x(side, 0.25)

@@ -20,18 +20,14 @@ OPACITY_CAUSES = ("Consolidation", "Pneumonia", "Edema", "Atelectasis", "Lung Le
 #: consecutive indices are grouped into blocks of this many images, shared among a few patients
 PATIENT_BLOCK = 16
 _STREAM_PATIENT_BLOCK, _STREAM_PATIENT, _STREAM_STUDY, _STREAM_FINDING = 0, 1, 2, 3
+_STREAM_CHRONIC = 4
 _EPOCH = dt.date(2012, 1, 1)
 
 
 def stream(seed: int, purpose: int, index: int, sub: int = 0) -> np.random.Generator:
-    """An independent random generator for one purpose of one case (Philox keyed by
-    (seed, purpose, index, sub): counter-based streams need no seeding hash, so they are cheap)."""
-    if not (0 <= index < 1 << 40 and 0 <= sub < 1 << 16 and 0 <= purpose < 256):
-        raise ValueError(f"random stream key out of range: {purpose}, {index}, {sub}")
-    key = np.array(
-        [int(seed) & 0xFFFFFFFFFFFFFFFF, (purpose << 56) | (sub << 40) | index], np.uint64
-    )
-    return np.random.Generator(np.random.Philox(key=key))
+    """An independent random generator for one purpose of one case, keyed by
+    (seed, purpose, index, sub) through numpy's SeedSequence."""
+    return np.random.Generator(np.random.PCG64([int(seed), purpose, int(index), sub]))
 
 
 @dataclass(frozen=True)
@@ -59,11 +55,12 @@ def patient_of(seed: int, index: int, config: PhantomConfig) -> Patient:
     prng = stream(seed, _STREAM_PATIENT, patient_index)
     split = "valid" if prng.random() < config.valid_fraction else "train"
     sex = "F" if prng.random() < 0.48 else "M"
-    age_days = int(prng.uniform(19, 88) * 365.25)
-    birth = _EPOCH - dt.timedelta(days=age_days) + dt.timedelta(days=int(prng.integers(0, 3000)))
+    # age at the first study like a chest X-ray population (mean about 60), 18 to 92 years
+    age_years = float(np.clip(prng.normal(60.0, 17.0), 18.0, 92.0))
+    birth = first_study_date(seed, patient_index) - dt.timedelta(days=int(age_years * 365.25))
     body = float(np.clip(prng.normal(1.0, 0.08), 0.82, 1.2))
     rates = config.prevalence
-    old = min(1.0, max(0.0, (2012 - birth.year - 40) / 40))
+    old = min(1.0, max(0.0, (age_years - 40.0) / 40.0))
     chronic = set()
     if prng.random() < (0.05 + 0.1 * old) * rates:
         chronic.add("Cardiomegaly")
@@ -164,14 +161,18 @@ def _zone(rng: np.random.Generator, side: str, lower_bias: float = 0.5) -> str:
 
 
 def sample_attributes(
-    seed: int, index: int, truth: dict[str, bool], isolated: bool
+    seed: int, index: int, truth: dict[str, bool], isolated: bool, patient: Patient | None = None
 ) -> dict[str, dict]:
-    """Side, severity and location of every present finding (own random stream per finding)."""
+    """Side, severity and location of every present finding (own random stream per finding;
+    a patient's chronic findings keep their attributes from study to study)."""
     attrs: dict[str, dict] = {}
     for k, name in enumerate(FINDINGS):
         if not truth[name] and not (name == "Lung Opacity" and isolated):
             continue
-        rng = stream(seed, _STREAM_FINDING, index, k)
+        if patient is not None and name in patient.chronic:
+            rng = stream(seed, _STREAM_CHRONIC, patient.patient_index, k)
+        else:
+            rng = stream(seed, _STREAM_FINDING, index, k)
         sev = float(rng.uniform(0.3, 1.0))
         a: dict = {"severity": sev}
         if name == "Pleural Effusion":
@@ -199,8 +200,8 @@ def sample_attributes(
         elif name == "Fracture":
             a["side"] = _side(rng)
             a["count"] = int(rng.choice([1, 1, 2, 3]))
-            a["ribs"] = sorted(int(r) for r in rng.choice(np.arange(3, 9), a["count"], False))
-            a["position"] = float(rng.uniform(0.55, 0.78))
+            a["ribs"] = sorted(int(r) for r in rng.choice(np.arange(2, 6), a["count"], False))
+            a["position"] = float(rng.uniform(0.5, 0.7))
         elif name == "Pleural Other":
             a["kind"] = ["thickening", "plaques", "apical cap"][int(rng.integers(0, 3))]
             a["side"] = _side(rng, 0.4 if a["kind"] == "plaques" else 0.15)
@@ -210,10 +211,6 @@ def sample_attributes(
                 if cause in attrs and "chest tube" in a["devices"]:
                     a["chest_tube_side"] = 1 if attrs[cause]["side"] == "left" else -1
                     break
-        elif name in ("Cardiomegaly", "Enlarged Cardiomediastinum", "Edema"):
-            pass
-        if name == "Pneumonia" and truth["Consolidation"]:
-            pass
         attrs[name] = a
     if truth["Pneumonia"] and truth["Consolidation"]:
         # the consolidation is the pneumonia's: same place
@@ -264,11 +261,16 @@ def sample_nuisance(
     }
 
 
+def first_study_date(seed: int, patient_index: int) -> dt.date:
+    rng = stream(seed, _STREAM_PATIENT, patient_index, 7)
+    return _EPOCH + dt.timedelta(days=int(rng.integers(0, 12 * 365)))
+
+
 def study_date(seed: int, patient: Patient) -> dt.date:
     """Date of a patient's n-th study: later studies follow earlier ones by weeks to months."""
-    rng = stream(seed, _STREAM_PATIENT, patient.patient_index, 7)
-    first = _EPOCH + dt.timedelta(days=int(rng.integers(0, 12 * 365)))
-    gaps = rng.integers(2, 200, size=8)
+    rng = stream(seed, _STREAM_PATIENT, patient.patient_index, 8)
+    gaps = rng.integers(2, 200, size=PATIENT_BLOCK)
+    first = first_study_date(seed, patient.patient_index)
     return first + dt.timedelta(days=int(gaps[: patient.study_number].sum()))
 
 

@@ -9,7 +9,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from chexretrieve.phantom.anatomy import Anatomy, Layers, hemithorax_window, lung_level
+from chexretrieve.phantom.anatomy import (
+    RIB_ARCH,
+    RIB_CHIRP,
+    RIB_WIDTH,
+    Anatomy,
+    Layers,
+    hemithorax_window,
+    lung_level,
+)
 from chexretrieve.phantom.canvas import Frame, bezier, polyline_in_frame, ramp, smooth_field
 
 #: body-coordinate centres (mirrored lateral xm, y) of lung zones
@@ -51,18 +59,18 @@ def adjust_anatomy(anatomy: Anatomy, attrs: dict[str, dict]) -> None:
         for side in _sides(fr["side"]):
             for k, rib in enumerate(fr["ribs"]):
                 xm = (fr["position"] + 0.04 * (k % 2)) * anatomy.lung_scale
-                breaks.append((xm, rib, 0.2 + 0.12 * fr["severity"], side))
+                breaks.append((xm, rib, 0.25 + 0.1 * fr["severity"], side))
         anatomy.extra["rib_fractures"] = breaks
 
 
 def rib_y(anatomy: Anatomy, rib: int, xm: float) -> float:
     """Height of the middle of posterior rib `rib` at lateral position xm (inverts rib_phase)."""
-    target = rib + 0.21
+    target = rib + RIB_WIDTH / 2
     sp = anatomy.rib_spacing
-    # phase = u/sp - 0.55 u^2/sp  ->  0.55 u^2 - u + target*sp = 0
-    disc = max(1.0 - 4 * 0.55 * target * sp, 0.0)
-    u = (1.0 - np.sqrt(disc)) / (2 * 0.55)
-    return float(u + xm * (0.5 * xm - 0.16) + (anatomy.lung_top - 0.05) + anatomy.rib_phase)
+    # phase = (u - c u^2) / sp  ->  c u^2 - u + target sp = 0, the smaller root
+    disc = max(1.0 - 4 * RIB_CHIRP * target * sp, 0.0)
+    u = (1.0 - np.sqrt(disc)) / (2 * RIB_CHIRP)
+    return float(u + xm * (RIB_ARCH * xm - 0.24) + (anatomy.lung_top - 0.05) + anatomy.rib_phase)
 
 
 def draw_signs(anatomy: Anatomy, layers: Layers, attrs: dict[str, dict], seed_of) -> None:
@@ -171,7 +179,7 @@ def _atelectasis(frame: Frame, anatomy: Anatomy, layers: Layers, a: dict, rng) -
 def _lesion(anatomy: Anatomy, layers: Layers, a: dict) -> None:
     sev = a["severity"]
     mass = a["kind"] == "mass"
-    radius = (0.07 + 0.06 * sev) if mass else (0.022 + 0.02 * sev)
+    radius = (0.07 + 0.06 * sev) if mass else (0.03 + 0.02 * sev)
     for side in _sides(a["side"]):
         for sx, sy, shape in a["spots"]:
             for frame, target in ((layers.hi, "dense"), (layers.lo, "fill")):
@@ -283,8 +291,9 @@ def _fracture_callus(frame: Frame, anatomy: Anatomy, layers: Layers) -> None:
         win = frame.window(x - 0.06, x + 0.06, y - 0.06, y + 0.06)
         if win is None:
             continue
-        r2 = ((win.X - x) * (1 / 0.035)) ** 2 + ((win.Y - y) * (1 / 0.04)) ** 2
-        layers.dense[win.sl] += ramp(1.0 - r2, 0.6) * 0.025
+        # callus and extrapleural haematoma around the break
+        r2 = ((win.X - x) * (1 / 0.04)) ** 2 + ((win.Y - y) * (1 / 0.05)) ** 2
+        layers.dense[win.sl] += ramp(1.0 - r2, 0.7) * 0.045
 
 
 def _devices(frame: Frame, anatomy: Anatomy, layers: Layers, a: dict, rng) -> None:
@@ -294,17 +303,17 @@ def _devices(frame: Frame, anatomy: Anatomy, layers: Layers, a: dict, rng) -> No
         if device == "endotracheal tube":
             tip = -0.36 + rng.uniform(-0.06, 0.04)
             xs, ys = bezier([(m + 0.01, -1.3), (m + 0.02, -0.8), (m - 0.005, tip)], 40)
-            polyline_in_frame(frame, canvas, xs, ys, 0.02, 0.55)
-            polyline_in_frame(frame, canvas, xs + 0.009, ys, 0.006, 1.0)
+            polyline_in_frame(frame, canvas, xs, ys, 0.032, 0.45)
+            polyline_in_frame(frame, canvas, xs + 0.01, ys, 0.012, 1.0)
         elif device == "enteric tube":
             points = [(m - 0.02, -1.3), (m + 0.02, -0.2), (m + 0.05, 0.4), (m + 0.3, 0.55)]
             xs, ys = bezier([*points, (m + 0.35, 0.75)], 80)
-            polyline_in_frame(frame, canvas, xs, ys, 0.01, 0.9)
+            polyline_in_frame(frame, canvas, xs, ys, 0.016, 0.9)
         elif device == "central line":
             side = -1 if rng.random() < 0.7 else 1
             points = [(m + side * 0.6, -0.74), (m + side * 0.25, -0.66)]
             xs, ys = bezier([*points, (m + side * 0.04 - 0.08, -0.5), (m - 0.07, -0.12)], 60)
-            polyline_in_frame(frame, canvas, xs, ys, 0.009, 0.9)
+            polyline_in_frame(frame, canvas, xs, ys, 0.014, 0.9)
         elif device == "pacemaker":
             gx, gy = m + 0.55, -0.72
             win = frame.window(gx - 0.12, gx + 0.12, gy - 0.1, gy + 0.1)
@@ -315,10 +324,10 @@ def _devices(frame: Frame, anatomy: Anatomy, layers: Layers, a: dict, rng) -> No
             for lead in range(int(rng.integers(1, 3))):
                 points = [(gx - 0.05, gy + 0.03), (m - 0.05, -0.55), (m - 0.1, -0.1)]
                 xs, ys = bezier([*points, (hx - 0.05 + 0.12 * lead, hy + 0.1)], 80)
-                polyline_in_frame(frame, canvas, xs, ys, 0.009, 0.95)
+                polyline_in_frame(frame, canvas, xs, ys, 0.014, 0.95)
         elif device == "chest tube":
             side = a.get("chest_tube_side", 1)
             points = [(m + side * 1.1, 0.35), (m + side * 0.75, 0.3), (m + side * 0.55, -0.1)]
             xs, ys = bezier([*points, (m + side * 0.4, -0.45)], 60)
-            polyline_in_frame(frame, canvas, xs, ys, 0.024, 0.6)
-            polyline_in_frame(frame, canvas, xs, ys, 0.007, 1.0)
+            polyline_in_frame(frame, canvas, xs, ys, 0.034, 0.45)
+            polyline_in_frame(frame, canvas, xs, ys, 0.012, 1.0)
