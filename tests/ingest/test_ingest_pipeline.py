@@ -191,3 +191,29 @@ def test_missing_path_is_refused_before_anything_is_written(tmp_path, store):
     with pytest.raises(ValueError, match="no such file or folder"):
         ingest_paths([tmp_path / "absent"], store, StandInEncoder(dim=16), IngestConfig(workers=0))
     assert store.table_counts()["ingest_runs"] == 0
+
+
+def test_random_byte_corruptions_never_stop_the_run(tmp_path, store):
+    original = write_dx(tmp_path / "original.dcm", 3, size=40).read_bytes()
+    rng = np.random.default_rng(2026)
+    folder = tmp_path / "corrupted"
+    folder.mkdir()
+    for i in range(60):
+        data = bytearray(original)
+        for position in rng.integers(0, len(data), size=int(rng.integers(1, 9))):
+            data[position] = int(rng.integers(0, 256))
+        (folder / f"corrupt{i:03d}.dcm").write_bytes(bytes(data))
+    config = IngestConfig(workers=1, batch_size=8, file_timeout_s=10.0)
+    report = ingest_paths([folder], store, StandInEncoder(dim=16), config)
+    assert report.status == "completed" and len(report.outcomes) == 60
+    assert {o.outcome for o in report.outcomes} <= {
+        "ingested",
+        "already-present",
+        "rejected",
+        "conflict",
+    }
+    assert all(o.reason for o in report.outcomes if o.outcome in ("rejected", "conflict"))
+    # flipped pixel bytes keep the UID: a conflict with the first stored copy, never an overwrite
+    assert report.counts["conflict"] > 0 and report.counts["rejected"] > 0
+    assert store.count_images() == report.counts["ingested"]
+    assert store.integrity_check() == []
