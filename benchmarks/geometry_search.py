@@ -125,7 +125,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--inv-temperature", type=float, default=100.0)
     parser.add_argument("--kinds", nargs="+", default=list(KINDS), choices=KINDS)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--threads", type=int, default=None, help="BLAS threads (default: the library's own)"
+    )
     args = parser.parse_args(argv)
+    if args.threads is not None:
+        from threadpoolctl import threadpool_limits
+
+        with threadpool_limits(limits=args.threads, user_api="blas"):
+            run(args)
+    else:
+        run(args)
+
+
+def run(args: argparse.Namespace) -> None:
 
     console = Console(width=110)
     rng = np.random.default_rng(args.seed)
@@ -135,7 +148,8 @@ def main(argv: list[str] | None = None) -> None:
     console.print(
         f"gallery {args.gallery} x {args.dim} {args.dtype} ({gallery.nbytes / 2**20:.0f} MiB), "
         f"{args.queries} queries, top-{args.top}, batches of {args.batch}, "
-        f"best of {args.repeats}; {os.cpu_count()} CPU cores"
+        f"best of {args.repeats}; {os.cpu_count()} CPU cores, BLAS threads "
+        f"{args.threads or 'default'}"
     )
     for count in args.anchors:
         anchors = unit_rows(rng, count, args.dim, np.float64)

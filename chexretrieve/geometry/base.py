@@ -14,6 +14,9 @@ key vectors a maximum-inner-product index stores):
     ∇κ(η) − ∇κ(0) in one orthonormal basis. For any Bregman divergence the symmetrised version is
     d_sym(q, k) = ½ (η_q − η_k)ᵀ(∇κ(η_q) − ∇κ(η_k)) = ½ (e_q − e_k)ᵀ(h_q − h_k), so with the query
     vector [½h_q, ½e_q, 1] and the offset −½ e_qᵀh_q the score is exactly −d_sym(q, k).
+    When the gradient is f·η plus a part in a narrow basis (a GMM whose covariances share the
+    floor f·I), the features are [√f·η, e, h, −½ f‖η‖² − ½ eᵀh] and the query vector
+    [√f·η_q, ½h_q, ½e_q, 1]: d + 2p + 1 numbers instead of 2d + 1.
 
 Shifting κ by a linear function (κ(η) − cᵀη) leaves every Bregman divergence unchanged; we use it
 to centre gradients (smaller numbers, better float32 scores) and, for the softmax, to work in the
@@ -80,12 +83,7 @@ class AnchorGeometry:
             out[:, -1] = 1.0
             return out
         if self.layout == "bregman":
-            width = (self.feature_dim - 1) // 2
-            out = np.empty_like(fq)
-            out[:, :width] = 0.5 * fq[:, width : 2 * width]
-            out[:, width : 2 * width] = 0.5 * fq[:, :width]
-            out[:, -1] = 1.0
-            return out
+            return self._bregman_query_vectors(fq)
         return self._plain_query_vectors(fq)
 
     def query_offsets(self, fq) -> np.ndarray:
@@ -166,9 +164,17 @@ class QuadraticGeometry(AnchorGeometry):
 
 
 class BregmanGeometry(AnchorGeometry):
-    """d(λ1 ‖ λ2) = B_κ(η2 ‖ η1) for a CGF κ of an anchor model, η = inv_t · λ."""
+    """d(λ1 ‖ λ2) = B_κ(η2 ‖ η1) for a CGF κ of an anchor model, η = inv_t · λ.
+
+    Subclasses return, per chunk, the shifted CGF κ̃ and coordinates e = Qᵀη, h in an orthonormal
+    basis Q such that ∇κ(η) − ∇κ(0) = ``isotropic``·η + Q h. With ``isotropic`` = 0 the features
+    are [e, h, −½ eᵀh]; with an isotropic part f > 0 (a GMM whose covariances share the floor
+    f·I) they are [√f·η, e, h, −½ f‖η‖² − ½ eᵀh], which is shorter than 2d + 1 when Q is narrow.
+    """
 
     layout = "bregman"
+    #: f ≥ 0: the part f·η of every shifted gradient that lies outside the basis Q
+    isotropic: float = 0.0
 
     @property
     def coordinate_dim(self) -> int:
@@ -177,7 +183,7 @@ class BregmanGeometry(AnchorGeometry):
 
     @property
     def feature_dim(self) -> int:
-        return 2 * self.coordinate_dim + 1
+        return 2 * self.coordinate_dim + 1 + (self.dim if self.isotropic > 0 else 0)
 
     def _potential(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(κ̃, e, h) for a chunk: shifted CGF, coordinates of η and of the shifted gradient."""
@@ -186,10 +192,26 @@ class BregmanGeometry(AnchorGeometry):
     def _feature_rows(self, x: np.ndarray) -> np.ndarray:
         _, e, h = self._potential(x)
         p = e.shape[1]
-        out = np.empty((x.shape[0], 2 * p + 1), dtype=x.dtype)
-        out[:, :p] = e
-        out[:, p : 2 * p] = h
-        out[:, -1] = -0.5 * np.einsum("ij,ij->i", e, h)
+        out = np.empty((x.shape[0], self.feature_dim), dtype=x.dtype)
+        constant = -0.5 * np.einsum("ij,ij->i", e, h)
+        if self.isotropic > 0:
+            eta = self.inv_temperature * x
+            out[:, : self.dim] = np.sqrt(self.isotropic) * eta
+            constant -= 0.5 * self.isotropic * np.einsum("ij,ij->i", eta, eta)
+        offset = self.feature_dim - 2 * p - 1
+        out[:, offset : offset + p] = e
+        out[:, offset + p : offset + 2 * p] = h
+        out[:, -1] = constant
+        return out
+
+    def _bregman_query_vectors(self, fq: np.ndarray) -> np.ndarray:
+        p = self.coordinate_dim
+        offset = self.feature_dim - 2 * p - 1
+        out = np.empty_like(fq)
+        out[:, :offset] = fq[:, :offset]
+        out[:, offset : offset + p] = 0.5 * fq[:, offset + p : offset + 2 * p]
+        out[:, offset + p : offset + 2 * p] = 0.5 * fq[:, offset : offset + p]
+        out[:, -1] = 1.0
         return out
 
     def _potential_all(self, x: np.ndarray):
@@ -201,7 +223,12 @@ class BregmanGeometry(AnchorGeometry):
         kb, eb, _ = self._potential_all(b)
         # B_κ(η_b ‖ η_a) = κ(η_b) − κ(η_a) − ∇κ(η_a)ᵀ(η_b − η_a)
         inner_own = np.einsum("ij,ij->i", ha, ea)
-        return kb[None, :] - ka[:, None] - ha @ eb.T + inner_own[:, None]
+        out = kb[None, :] - ka[:, None] - ha @ eb.T + inner_own[:, None]
+        if self.isotropic > 0:
+            eta_a, eta_b = self.inv_temperature * a, self.inv_temperature * b
+            own = np.einsum("ij,ij->i", eta_a, eta_a)
+            out -= self.isotropic * (eta_a @ eta_b.T - own[:, None])
+        return out
 
     def cgf_and_gradient(self, x) -> tuple[np.ndarray, np.ndarray]:
         """κ(η) and ∇κ(η) in ambient coordinates for unit rows x (η = inv_t·x)."""
@@ -210,7 +237,8 @@ class BregmanGeometry(AnchorGeometry):
         basis = self._gradient_basis()
         shift = self._gradient_shift()
         eta = self.inv_temperature * x.astype(np.float64)
-        return kappa + eta @ shift, h.astype(np.float64) @ basis.T + shift
+        gradient = h.astype(np.float64) @ basis.T + shift + self.isotropic * eta
+        return kappa + eta @ shift, gradient
 
     def _gradient_basis(self) -> np.ndarray:
         """(d, p) orthonormal basis that e and h are coordinates in."""

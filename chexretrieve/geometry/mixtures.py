@@ -1,13 +1,17 @@
 """Mixture anchor models: Gaussian mixture (GMM) and von Mises–Fisher mixture (moVMF).
 
 Both give a non-quadratic Bregman geometry from a closed-form CGF; features are η = inv_t·λ and
-the gradient ∇κ(η) − ∇κ(0), 2d + 1 numbers per item (see ``base``).
+the gradient ∇κ(η) − ∇κ(0), at most 2d + 1 numbers per item (see ``base``).
 
 GMM. q = Σ_m π_m N(μ_m, Σ_m), fitted by EM (scikit-learn; k-means initialisation, Σ_m + 1e-5·I,
 tolerance 1e-3 on the mean log-likelihood, at most 200 iterations). Its CGF is
 κ(ξ) = log Σ_m π_m exp(μ_mᵀξ + ½ ξᵀΣ_mξ) with gradient Σ_m w_m(ξ)(μ_m + Σ_m ξ), w = softmax of the
 same terms. Each Σ_m is stored as floor_m·I + L_m L_mᵀ (floor = smallest eigenvalue, L_m the
-directions above it), so the per-item cost grows with the anchors' rank, not with d².
+directions above it), so the per-item cost grows with the anchors' rank, not with d². When all
+components share the floor f (a plain fit: every covariance is a rank ≤ N scatter plus 1e-5·I),
+∇κ(η) − ∇κ(0) = f·η + a vector in the span of {μ_m − μ̄, L_m}, of dimension p ≤ N + M, and the
+features shrink to d + 2p + 1 numbers (see ``base``); a posterior GMM has per-component floors
+and keeps the 2d + 1 layout.
 Posterior GMM (Dirichlet–NIW): fit the broad anchors, take each broad component as an NIW prior
 (μ0,m = μ_m, Ψ0,m = (ν0 − d − 1) Σ_m, κ0 = 5, ν0 = d + 20), reset the weights to Dir(α = 1), soft-
 assign the targets with the broad responsibilities r_im and update every component with
@@ -35,7 +39,11 @@ from chexretrieve.geometry.bessel import (
     log_vmf_normalizer,
     vmf_mean_length,
 )
-from chexretrieve.geometry.checks import check_positive_float, check_positive_int
+from chexretrieve.geometry.checks import (
+    check_positive_float,
+    check_positive_int,
+    numerical_rank,
+)
 from chexretrieve.geometry.gaussian import check_nu0, descending_eigh, mean_and_scatter, niw_update
 
 
@@ -131,11 +139,13 @@ class GaussianMixtureGeometry(BregmanGeometry):
 
     def _factorise(self) -> None:
         floors, factors, owner = [], [], []
+        largest = max(float(np.linalg.eigvalsh(c).max()) for c in self.covariances)
+        cutoff = largest * self.dim * np.finfo(np.float64).eps * 10
         for m, covariance in enumerate(self.covariances):
             values, vectors = descending_eigh(covariance)
             floor = max(float(values[-1]), 0.0)
             excess = values - floor
-            keep = excess > values[0] * self.dim * np.finfo(np.float64).eps * 10
+            keep = excess > cutoff
             floors.append(floor)
             factors.append(vectors[:, keep] * np.sqrt(excess[keep]))
             owner += [m] * int(keep.sum())
@@ -146,10 +156,27 @@ class GaussianMixtureGeometry(BregmanGeometry):
         self._owner = np.zeros((len(owner), len(floors)))
         self._owner[np.arange(len(owner)), owner] = 1.0
         self.mean_anchor = self.weights @ self.means
+        self.basis = np.eye(self.dim)
+        self._reduced = False
+        if self.floors.max() - self.floors.min() <= cutoff:
+            # shared floor f: ∇κ − ∇κ(0) = f·η + (a part in span{μ_m − μ̄, L_m}); use that span
+            span = np.vstack([self.means - self.mean_anchor, self.factors.T])
+            _, singular, rows = np.linalg.svd(span, full_matrices=False)
+            rank = numerical_rank(singular, max(span.shape))
+            floor = float(self.floors.mean())
+            if 2 * rank + 1 + (self.dim if floor > 0 else 0) < 2 * self.dim + 1:
+                self._reduced = True
+                self.isotropic = floor
+                self.basis = rows[:rank].T.copy()
+                self._reduced_means = (self.means - self.mean_anchor) @ self.basis
+                self._reduced_factors = self.basis.T @ self.factors
 
     @property
     def coordinate_dim(self) -> int:
-        return self.dim
+        return self.basis.shape[1]
+
+    def _gradient_basis(self) -> np.ndarray:
+        return self.basis
 
     def _gradient_shift(self) -> np.ndarray:
         return self.mean_anchor
@@ -157,6 +184,17 @@ class GaussianMixtureGeometry(BregmanGeometry):
     def _potential(self, x: np.ndarray):
         xi = self.inv_temperature * x.astype(np.float64)
         sq_norm = np.einsum("ij,ij->i", xi, xi)
+        if self._reduced:
+            # everything in span coordinates: μ_mᵀξ = μ̄ᵀξ + (μ_m − μ̄)ᵀQ e, L_mᵀξ = (QᵀL_m)ᵀ e
+            e = xi @ self.basis
+            projected = e @ self._reduced_factors
+            quadratic = sq_norm[:, None] * self.floors + (projected * projected) @ self._owner
+            logits = np.log(self.weights) + e @ self._reduced_means.T + 0.5 * quadratic
+            cgf = logsumexp(logits, axis=1)
+            w = np.exp(logits - cgf[:, None])
+            gradient = w @ self._reduced_means
+            gradient += (projected * (w @ self._owner.T)) @ self._reduced_factors.T
+            return cgf, e, gradient
         projected = xi @ self.factors
         quadratic = sq_norm[:, None] * self.floors + (projected * projected) @ self._owner
         logits = np.log(self.weights) + xi @ self.means.T + 0.5 * quadratic

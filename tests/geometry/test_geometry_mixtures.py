@@ -18,12 +18,18 @@ from chexretrieve.geometry import fit_geometry
 from chexretrieve.geometry.bessel import log_vmf_normalizer
 
 
-def test_gmm_divergence_is_bregman_of_the_explicit_mixture_cgf_at_d512():
+@pytest.mark.parametrize(
+    ("dim", "width"),
+    [(512, 512 + 2 * 59 + 1), (16, 2 * 16 + 1)],
+    ids=["shared-floor-span-layout", "full-layout"],
+)
+def test_gmm_divergence_is_bregman_of_the_explicit_mixture_cgf(dim, width):
     rng = np.random.default_rng(30)
-    anchors = clustered_unit_rows(rng, 60, 512, 3, 0.04)
+    anchors = clustered_unit_rows(rng, 60, dim, 3, 0.04)
     geom = fit_geometry("gmm", anchors, inv_temperature=100.0, n_components=3, seed=0)
+    assert geom.feature_dim == width
     cgf, grad = gmm_cgf(geom.weights, geom.means, geom.covariances)
-    q, k = unit_rows(rng, 4, 512), anchors[:3]
+    q, k = unit_rows(rng, 4, dim), anchors[:3]
     naive_qk = divergence_matrix(cgf, grad, 100.0, q, k)
     np.testing.assert_allclose(geom.divergence(q, k), naive_qk, rtol=1e-9, atol=1e-9)
     naive_sym = symmetrised(naive_qk, divergence_matrix(cgf, grad, 100.0, k, q))

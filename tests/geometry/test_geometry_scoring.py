@@ -84,7 +84,9 @@ def test_feature_widths(geometries):
     assert widths["cosine"] == widths["iti"] == DIM
     assert widths["softmax"] == 2 * 49 + 1
     assert widths["gaussian"] == 49 + 1
-    assert widths["gmm"] == widths["movmf"] == 2 * DIM + 1
+    # plain GMM: covariances share the 1e-5 floor, gradients live in f·η + the anchors' span
+    assert widths["gmm"] == DIM + 2 * 49 + 1
+    assert widths["movmf"] == widths["posterior_gmm"] == 2 * DIM + 1
     assert widths["posterior_latent_gaussian"] == 128 + 1
 
 
