@@ -176,10 +176,15 @@ class BregmanGeometry(AnchorGeometry):
     #: f ≥ 0: the part f·η of every shifted gradient that lies outside the basis Q
     isotropic: float = 0.0
 
+    #: (d, p) orthonormal basis Q that e and h are coordinates in (set by subclasses)
+    basis: np.ndarray
+    #: ∇κ(0), the model's mean anchor, subtracted from every gradient (set by subclasses)
+    mean_anchor: np.ndarray
+
     @property
     def coordinate_dim(self) -> int:
         """Length of e and h (the span the gradients live in)."""
-        raise NotImplementedError
+        return self.basis.shape[1]
 
     @property
     def feature_dim(self) -> int:
@@ -234,16 +239,6 @@ class BregmanGeometry(AnchorGeometry):
         """κ(η) and ∇κ(η) in ambient coordinates for unit rows x (η = inv_t·x)."""
         x = check_unit_rows(x, "images", self.dim)
         kappa, e, h = self._potential_all(x)
-        basis = self._gradient_basis()
-        shift = self._gradient_shift()
         eta = self.inv_temperature * x.astype(np.float64)
-        gradient = h.astype(np.float64) @ basis.T + shift + self.isotropic * eta
-        return kappa + eta @ shift, gradient
-
-    def _gradient_basis(self) -> np.ndarray:
-        """(d, p) orthonormal basis that e and h are coordinates in."""
-        return np.eye(self.dim)
-
-    def _gradient_shift(self) -> np.ndarray:
-        """∇κ(0), subtracted from every gradient (the model's mean anchor)."""
-        raise NotImplementedError
+        gradient = h.astype(np.float64) @ self.basis.T + self.mean_anchor + self.isotropic * eta
+        return kappa + eta @ self.mean_anchor, gradient

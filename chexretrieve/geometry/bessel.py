@@ -42,12 +42,17 @@ def _check_order(nu: float) -> float:
     return nu
 
 
-def log_bessel_i_reduced(nu: float, x) -> np.ndarray:
-    """φ_ν(x) = log I_ν(x) − ν log(x/2) for x ≥ 0, finite everywhere (φ_ν(0) = −log Γ(ν+1))."""
-    nu = _check_order(nu)
+def _check_arguments(x) -> np.ndarray:
     x = np.asarray(x, dtype=np.float64)
     if (x < 0).any() or not np.isfinite(x).all():
         raise ValueError("Bessel arguments must be finite and >= 0 (they are vector lengths)")
+    return x
+
+
+def log_bessel_i_reduced(nu: float, x) -> np.ndarray:
+    """φ_ν(x) = log I_ν(x) − ν log(x/2) for x ≥ 0, finite everywhere (φ_ν(0) = −log Γ(ν+1))."""
+    nu = _check_order(nu)
+    x = _check_arguments(x)
     out = np.empty(x.shape, dtype=np.float64)
     scaled = ive(nu, x)
     trusted = (x > 0) & (scaled > _SMALLEST_TRUSTED) & np.isfinite(scaled)
@@ -77,9 +82,7 @@ def _series_log_reduced(nu: float, x: np.ndarray) -> np.ndarray:
 def bessel_ratio(nu: float, x) -> np.ndarray:
     """I_{ν+1}(x) / I_ν(x) for x ≥ 0 (0 at x = 0, → 1 as x → ∞), without over- or underflow."""
     nu = _check_order(nu)
-    x = np.asarray(x, dtype=np.float64)
-    if (x < 0).any() or not np.isfinite(x).all():
-        raise ValueError("Bessel arguments must be finite and >= 0 (they are vector lengths)")
+    x = _check_arguments(x)
     out = np.zeros(x.shape, dtype=np.float64)
     upper = ive(nu + 1.0, x)
     lower = ive(nu, x)

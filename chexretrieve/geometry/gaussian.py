@@ -59,6 +59,12 @@ def descending_eigh(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return values[::-1], vectors[:, ::-1]
 
 
+def spectrum(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """Descending eigenvalues, eigenvectors and numerical rank of a symmetric PSD matrix."""
+    values, vectors = descending_eigh(matrix)
+    return values, vectors, numerical_rank(np.clip(values, 0, None), len(matrix))
+
+
 def niw_update(mu0, sigma0, count, mean, scatter, kappa0, nu0):
     """Normal–Inverse-Wishart update; returns the posterior mean of μ and of Σ.
 
@@ -128,8 +134,7 @@ class GaussianGeometry(QuadraticGeometry):
                 check_positive_float(kappa0, "kappa0"),
                 check_nu0(nu0, self.dim),
             )
-        values, vectors = descending_eigh(self.covariance)
-        rank = numerical_rank(np.clip(values, 0, None), self.dim)
+        values, vectors, rank = spectrum(self.covariance)
         if rank == 0:
             raise ValueError("the anchor covariance is zero (all anchors identical); add anchors")
         #: (d, r) factor with factor @ factor.T = covariance (non-zero eigenvalues only)
@@ -179,8 +184,7 @@ class LatentGeometry(QuadraticGeometry):
                 f"explained_variance is a fraction in (0, 1], got {explained_variance}"
             )
         _, scatter, count = mean_and_scatter(anchors)
-        values, vectors = descending_eigh(scatter / count)
-        rank = numerical_rank(np.clip(values, 0, None), self.dim)
+        values, vectors, rank = spectrum(scatter / count)
         if rank == 0:
             raise ValueError("the anchor covariance is zero (all anchors identical); add anchors")
         if k is None:
@@ -201,8 +205,7 @@ class LatentGeometry(QuadraticGeometry):
         epsilon = check_positive_float(epsilon, "epsilon")
         weight = check_positive_float(weight, "target_weight", allow_zero=True)
         _, broad_scatter, broad_count = mean_and_scatter(prior)
-        values, vectors = descending_eigh(broad_scatter / broad_count)
-        broad_rank = numerical_rank(np.clip(values, 0, None), self.dim)
+        values, vectors, broad_rank = spectrum(broad_scatter / broad_count)
         if broad_rank == 0:
             raise ValueError("the broad (prior) anchors are all identical; pass a broad anchor set")
         if k is None:
@@ -216,8 +219,7 @@ class LatentGeometry(QuadraticGeometry):
         #: strength of the target covariance in the Bingham update
         self.beta = beta
         a_post = alpha * broad_basis @ broad_basis.T + beta * (target_scatter / count)
-        post_values, post_vectors = descending_eigh(a_post)
-        post_rank = numerical_rank(np.clip(post_values, 0, None), self.dim)
+        post_values, post_vectors, post_rank = spectrum(a_post)
         if k > post_rank:
             raise ValueError(
                 f"k={k} exceeds the rank {post_rank} of the posterior Bingham matrix (broad rank "

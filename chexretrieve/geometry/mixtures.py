@@ -171,16 +171,6 @@ class GaussianMixtureGeometry(BregmanGeometry):
                 self._reduced_means = (self.means - self.mean_anchor) @ self.basis
                 self._reduced_factors = self.basis.T @ self.factors
 
-    @property
-    def coordinate_dim(self) -> int:
-        return self.basis.shape[1]
-
-    def _gradient_basis(self) -> np.ndarray:
-        return self.basis
-
-    def _gradient_shift(self) -> np.ndarray:
-        return self.mean_anchor
-
     def _potential(self, x: np.ndarray):
         xi = self.inv_temperature * x.astype(np.float64)
         sq_norm = np.einsum("ij,ij->i", xi, xi)
@@ -289,13 +279,7 @@ class VonMisesFisherMixtureGeometry(BregmanGeometry):
         self._log_reduced_kappa = log_bessel_i_reduced(self._order, self.concentrations)
         lengths = vmf_mean_length(self.dim, self.concentrations)
         self.mean_anchor = (self.weights * lengths) @ self.directions
-
-    @property
-    def coordinate_dim(self) -> int:
-        return self.dim
-
-    def _gradient_shift(self) -> np.ndarray:
-        return self.mean_anchor
+        self.basis = np.eye(self.dim)
 
     def _potential(self, x: np.ndarray):
         eta = self.inv_temperature * x.astype(np.float64)

@@ -107,16 +107,6 @@ class SoftmaxGeometry(BregmanGeometry):
         self.log_weights = np.log(self.weights[kept])
         self._kept = kept
 
-    @property
-    def coordinate_dim(self) -> int:
-        return self.basis.shape[1]
-
-    def _gradient_basis(self) -> np.ndarray:
-        return self.basis
-
-    def _gradient_shift(self) -> np.ndarray:
-        return self.mean_anchor
-
     def _potential(self, x: np.ndarray):
         dtype = x.dtype
         if self._identity_basis:
