@@ -168,6 +168,7 @@ def main() -> int:
         "workers": workers,
         "batch_size": args.batch_size,
         "cpu_count": os.cpu_count(),
+        "load_average_1min": round(os.getloadavg()[0], 1),  # other work sharing the machine
         "decode_rate_1_process": round(decode_one, 2),
         "decode_rate_workers": round(decode_pool, 2),
         "encoder_only_rate": round(encoder_only, 2),

@@ -11,9 +11,7 @@ with reason 'timeout' or 'worker-crash', the files queued behind it go to the ne
 from __future__ import annotations
 
 import collections
-import dataclasses
 import multiprocessing
-import os
 import queue
 import signal
 import socket
@@ -26,7 +24,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+from chexretrieve.ingest.shared_pixels import PixelReceiver, PixelSlots
 
 #: a reader turns (path, read config) into a decoded radiograph or raises RejectedFile
 Reader = Callable[[str, Any], Any]
@@ -41,65 +39,6 @@ class Decoded:
 class Rejected:
     reason: str
     message: str
-
-
-#: decoded pixels at least this large travel through shared memory instead of the pipe
-SHARED_MEMORY_MIN_BYTES = 1 << 20
-
-
-@dataclass(frozen=True)
-class _SharedPixels:
-    name: str
-    shape: tuple[int, ...]
-    dtype: str
-
-
-def _export_pixels(result: Decoded | Rejected) -> tuple[Decoded | Rejected, _SharedPixels | None]:
-    """In a worker: move large pixels into a shared-memory block (one hand-over to the main
-    process instead of a pipe transfer in 64 KiB-1 MiB pieces, which crawls on a busy machine).
-    Any problem (no /dev/shm, full tmpfs) leaves the result as it is, for the pipe."""
-    radiograph = getattr(result, "radiograph", None)
-    pixels = getattr(radiograph, "pixels", None)
-    if (
-        not dataclasses.is_dataclass(radiograph)
-        or not isinstance(pixels, np.ndarray)
-        or pixels.nbytes < SHARED_MEMORY_MIN_BYTES
-    ):
-        return result, None
-    from multiprocessing import shared_memory
-
-    try:
-        block = shared_memory.SharedMemory(create=True, size=pixels.nbytes)
-    except OSError:
-        return result, None
-    try:
-        descriptor = getattr(block, "_fd", -1)
-        if descriptor >= 0 and hasattr(os, "posix_fallocate"):
-            os.posix_fallocate(descriptor, 0, pixels.nbytes)  # a full tmpfs fails here, not later
-        np.ndarray(pixels.shape, pixels.dtype, buffer=block.buf)[...] = pixels
-    except (OSError, ValueError):
-        block.close()
-        block.unlink()
-        return result, None
-    reference = _SharedPixels(block.name, tuple(pixels.shape), pixels.dtype.str)
-    block.close()
-    light = dataclasses.replace(radiograph, pixels=np.empty(0, pixels.dtype))
-    return Decoded(light), reference
-
-
-def _import_pixels(result: Decoded, reference: _SharedPixels) -> Decoded:
-    """In the main process: copy the pixels out of the block and free it."""
-    from multiprocessing import shared_memory
-
-    block = shared_memory.SharedMemory(name=reference.name)
-    try:
-        view = np.ndarray(reference.shape, np.dtype(reference.dtype), buffer=block.buf)
-        pixels = view.copy()
-        del view
-    finally:
-        block.close()
-        block.unlink()
-    return Decoded(dataclasses.replace(result.radiograph, pixels=pixels))
 
 
 def decode_one(reader: Reader, path: str, read_config: Any) -> Decoded | Rejected:
@@ -121,8 +60,11 @@ def decode_one(reader: Reader, path: str, read_config: Any) -> Decoded | Rejecte
         return Rejected("decode-error", f"unexpected {type(exc).__name__}: {exc}{place}")
 
 
-def _worker_main(tasks: Connection, results: Connection, reader, read_config, memory_mb: int):  # noqa: ANN001
+def _worker_main(  # noqa: ANN001
+    tasks: Connection, results: Connection, reader, read_config, memory_mb: int, slots: int
+) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process handles Ctrl-C
+    pixel_slots = PixelSlots(slots)
     if memory_mb > 0:
         import resource
 
@@ -134,11 +76,12 @@ def _worker_main(tasks: Connection, results: Connection, reader, read_config, me
         except (EOFError, OSError):
             return  # the main process is gone
         if task is None:
+            pixel_slots.close()
             return
         task_id, path = task
         try:
             results.send(("start", task_id))
-            result, shared = _export_pixels(decode_one(reader, path, read_config))
+            result, shared = pixel_slots.export(decode_one(reader, path, read_config))
             results.send(("done", task_id, result, shared))
         except (BrokenPipeError, OSError):
             return
@@ -150,6 +93,7 @@ class _Worker:
     tasks: Connection
     results: Connection
     assigned: collections.deque  # (task id, path), the first one is being decoded
+    receiver: PixelReceiver  # the worker's shared-memory blocks, attached here
     started_at: float | None = None  # when the first assigned task started
 
 
@@ -227,6 +171,7 @@ class DecodePool:
                 worker.process.join(timeout=2)
             for conn in (worker.tasks, worker.results):
                 conn.close()
+            worker.receiver.release_all()
         self._wake_read.close()
         self._wake_write.close()
 
@@ -249,14 +194,21 @@ class DecodePool:
         _widen_pipe(result_read)
         process = self._context.Process(
             target=_worker_main,
-            args=(task_read, result_write, self._reader, self._read_config, self._memory_mb),
+            args=(
+                task_read,
+                result_write,
+                self._reader,
+                self._read_config,
+                self._memory_mb,
+                self._tasks_per_worker,  # ring slots: never fewer than tasks outstanding
+            ),
             daemon=True,
             name="chexretrieve-decode",
         )
         process.start()
         task_read.close()
         result_write.close()
-        return _Worker(process, task_write, result_read, collections.deque())
+        return _Worker(process, task_write, result_read, collections.deque(), PixelReceiver())
 
     def _run(self) -> None:
         try:
@@ -318,7 +270,7 @@ class DecodePool:
         _, task_id, result, shared = message
         if shared is not None:
             try:
-                result = _import_pixels(result, shared)
+                result = worker.receiver.receive(result, shared)
             except (OSError, ValueError) as exc:
                 result = Rejected("decode-error", f"pixels lost between processes: {exc}")
         if worker.assigned and worker.assigned[0][0] == task_id:
@@ -367,6 +319,7 @@ class DecodePool:
             self._pending.extendleft(reversed(worker.assigned))
         for conn in (worker.tasks, worker.results):
             conn.close()
+        worker.receiver.release_all()
         self._workers[index] = self._spawn()
         self.restarts += 1
 
