@@ -55,8 +55,9 @@ class Anatomy:
 class Layers:
     """The fields a phantom is composed from (float32).
 
-    Smooth fields live on `lo` (half resolution for even sizes >= 192, else full), fine detail on
-    `hi` (the output resolution); `compose` upsamples the smooth ones once.
+    Anatomy and most signs live on `lo` (half resolution for even sizes >= 192, else the output
+    resolution); only thin lines and devices are drawn on `hi` (the output resolution).
+    `compose` upsamples the `lo` attenuation once.
     """
 
     def __init__(self, hi: Frame, lo: Frame):
@@ -67,10 +68,33 @@ class Layers:
         self.fill = np.zeros(small, np.float32)  # airspace filling (0 = air, 1 = fluid/tissue)
         self.markings = np.zeros(small, np.float32)  # where lung markings show (0 = pneumothorax)
         self.lucent = np.zeros(small, np.float32)  # air outside the lung (trachea, pneumothorax)
-        self.dense = np.zeros(big, np.float32)  # bone, solid lesions, calcification (adds)
-        self.vessels = np.zeros(big, np.float32)  # pulmonary vessel pattern (0..1)
-        self.lines = np.zeros(big, np.float32)  # fine bright lines (septal lines, plaques)
-        self.metal = np.zeros(big, np.float32)  # devices (near white)
+        self.dense = np.zeros(small, np.float32)  # bone, solid lesions, calcification (adds)
+        self.vessels = np.zeros(small, np.float32)  # pulmonary vessel pattern (0..1)
+        self._big = big
+        self._lines: np.ndarray | None = None
+        self._metal: np.ndarray | None = None
+
+    @property
+    def lines(self) -> np.ndarray:
+        """Fine bright lines (septal lines) at output resolution; allocated on first use."""
+        if self._lines is None:
+            self._lines = np.zeros(self._big, np.float32)
+        return self._lines
+
+    @property
+    def metal(self) -> np.ndarray:
+        """Devices (pushed towards white) at output resolution; allocated on first use."""
+        if self._metal is None:
+            self._metal = np.zeros(self._big, np.float32)
+        return self._metal
+
+    @property
+    def has_lines(self) -> bool:
+        return self._lines is not None
+
+    @property
+    def has_metal(self) -> bool:
+        return self._metal is not None
 
 
 def lung_level(anatomy: Anatomy, side: int, X: np.ndarray, Y: np.ndarray, shrink: float = 1.0):
@@ -128,7 +152,7 @@ def hemithorax_window(frame: Frame, anatomy: Anatomy, side: int, y0=-0.8, y1=0.9
 
 def draw_anatomy(anatomy: Anatomy, layers: Layers) -> None:
     """Draw the normal anatomy into the layers."""
-    lo, hi, a = layers.lo, layers.hi, anatomy
+    lo, a = layers.lo, anatomy
     X, Y = lo.X, lo.Y
     # torso: neck, sloping shoulders, chest wall thinning towards the edges
     rel = np.abs(X - np.float32(a.mid_x))
@@ -141,7 +165,7 @@ def draw_anatomy(anatomy: Anatomy, layers: Layers) -> None:
     for side in (-1, 1):
         # humeral heads at the shoulders
         hx = a.side_x(side, a.body_half_width * 1.02)
-        win = hi.window(hx - 0.14, hx + 0.14, -0.95, -0.55)
+        win = lo.window(hx - 0.14, hx + 0.14, -0.95, -0.55)
         if win is not None:
             r2 = (win.X - hx) ** 2 + (win.Y + 0.74) ** 2
             layers.dense[win.sl] += ramp(0.012 - r2, 0.004) * (0.08 + 0.1 * ramp(r2 - 0.009, 0.003))
@@ -166,9 +190,9 @@ def draw_anatomy(anatomy: Anatomy, layers: Layers) -> None:
         layers.lung[med_win.sl] *= 1.0 - mediastinum_mask(a, med_win)
     layers.markings[:] = layers.lung
     _draw_trachea(lo, a, layers)
-    _draw_spine(hi, a, layers)
-    _draw_ribs(hi, a, layers)
-    _draw_clavicles(hi, a, layers)
+    _draw_spine(lo, a, layers)
+    _draw_ribs(lo, a, layers)
+    _draw_clavicles(lo, a, layers)
     if a.breast > 0:
         for side in (-1, 1):
             win = lo.window(a.side_x(side, 0.1), a.side_x(side, 1.0), 0.05, 1.1)
@@ -182,8 +206,8 @@ def draw_anatomy(anatomy: Anatomy, layers: Layers) -> None:
             xm = win.X - a.mid_x
             e = ((xm - 0.38) / 0.11) ** 2 + ((win.Y - a.dome[1] - 0.13) / 0.06) ** 2
             layers.soft[win.sl] -= ramp(1.0 - e, 0.3) * 0.25 * a.gastric_bubble
-    size = atlas_size(hi.size)
-    index = atlas_index(hi, size)
+    size = atlas_size(lo.size)
+    index = atlas_index(lo, size)
     layers.vessels[:] = np.take(vessel_atlas(size)[a.vessel_atlas].reshape(-1), index)
 
 
@@ -255,7 +279,7 @@ def _draw_ribs(frame: Frame, a: Anatomy, layers: Layers) -> None:
     s = a.lung_scale
     for side in (-1, 1):
         x_lo, x_hi = a.side_x(side, 0.0), a.side_x(side, 0.95 * s)
-        y_end = a.dome[0 if side < 0 else 1] + 0.18
+        y_end = a.dome[0 if side < 0 else 1] + 0.12
         win = frame.window(min(x_lo, x_hi), max(x_lo, x_hi), a.lung_top - 0.12, y_end)
         if win is None:
             continue
@@ -269,7 +293,7 @@ def _draw_ribs(frame: Frame, a: Anatomy, layers: Layers) -> None:
             # only rib `rib` and its interspaces move, so the neighbours stay whole
             along = xm - fx
             on_rib = (phase >= rib - 0.3) & (phase < rib + 0.75)
-            gaps.append(ramp(shift * 0.12 - np.abs(along), 0.01) * on_rib)
+            gaps.append(ramp(shift * 0.1 - np.abs(along), 0.008) * on_rib)
             phase += (min(shift, 0.3) * on_rib) * ramp(0.22 - along, 0.22) * (along > 0)
         phase *= np.float32(RIB_TABLE)
         index = np.clip(phase, 0, RIB_COUNT * RIB_TABLE - 1, out=phase).astype(np.int32)
@@ -277,8 +301,8 @@ def _draw_ribs(frame: Frame, a: Anatomy, layers: Layers) -> None:
         for gap in gaps:
             posterior *= 1.0 - 0.9 * gap
         posterior *= ramp(0.9 * s - xm, 0.04)
-        posterior *= ramp(np.float32(y_end) - win.Y, 0.2)
-        posterior *= np.float32(0.12)
+        posterior *= ramp(np.float32(y_end) - win.Y, 0.25)
+        posterior *= np.float32(0.085)
         layers.dense[win.sl] += posterior
         # anterior ribs: fainter, sloping down towards the sternum, lateral to the cartilage
         x_lo2 = a.side_x(side, 0.25)
@@ -292,7 +316,7 @@ def _draw_ribs(frame: Frame, a: Anatomy, layers: Layers) -> None:
         index2 = np.clip(phase2, 0, ANTERIOR_COUNT * RIB_TABLE - 1, out=phase2).astype(np.int32)
         anterior = _ANTERIOR[index2]
         anterior *= ramp(xm2 - 0.3, 0.1) * ramp(0.9 * s - xm2, 0.04)
-        anterior *= np.float32(0.04)
+        anterior *= np.float32(0.03)
         layers.dense[win2.sl] += anterior
 
 

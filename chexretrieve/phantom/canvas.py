@@ -15,6 +15,8 @@ import numpy as np
 from scipy import ndimage
 
 _ZERO, _ONE = np.float32(0.0), np.float32(1.0)
+# the clip ufunc itself: np.clip's Python wrapper costs more than the work on small blocks
+_clip = getattr(getattr(np, "_core", None), "umath", np).clip if hasattr(np, "_core") else np.clip
 #: the body-coordinate square the texture atlases cover
 ATLAS_HALF_SPAN = 1.3
 
@@ -41,12 +43,28 @@ class Frame:
         self.zoom = float(zoom)
         self.cos, self.sin = float(np.cos(angle)), float(np.sin(angle))
         self.ox, self.oy = float(offset[0]), float(offset[1])
-        u = ((np.arange(size, dtype=np.float32) + 0.5) * (2.0 / size) - 1.0).astype(np.float32)
-        zc, zs = np.float32(self.zoom * self.cos), np.float32(self.zoom * self.sin)
-        # X = ox + z(cos u - sin v), Y = oy + z(sin u + cos v); v runs down the rows
-        self.X = (self.ox + zc * u)[None, :] - (zs * u)[:, None]
-        self.Y = (self.oy + zc * u)[:, None] + (zs * u)[None, :]
-        self.full = Window(slice(0, size), slice(0, size), self.X, self.Y)
+        self._xy: tuple[np.ndarray, np.ndarray] | None = None
+
+    def _coordinates(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._xy is None:
+            size = self.size
+            u = ((np.arange(size, dtype=np.float32) + 0.5) * (2.0 / size) - 1.0).astype(np.float32)
+            zc, zs = np.float32(self.zoom * self.cos), np.float32(self.zoom * self.sin)
+            # X = ox + z(cos u - sin v), Y = oy + z(sin u + cos v); v runs down the rows
+            x = (self.ox + zc * u)[None, :] - (zs * u)[:, None]
+            y = (self.oy + zc * u)[:, None] + (zs * u)[None, :]
+            self._xy = (x, y)
+        return self._xy
+
+    @property
+    def X(self) -> np.ndarray:
+        """Body x of every pixel (computed on first use)."""
+        return self._coordinates()[0]
+
+    @property
+    def Y(self) -> np.ndarray:
+        """Body y of every pixel (computed on first use)."""
+        return self._coordinates()[1]
 
     def to_pixel(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Body coordinates -> (row, col) float pixel coordinates."""
@@ -61,9 +79,14 @@ class Frame:
 
     def window(self, x0: float, x1: float, y0: float, y1: float) -> Window | None:
         """The pixel block covering the body-coordinate box, or None when it is off the image."""
-        rows, cols = self.to_pixel(np.array([x0, x1, x0, x1]), np.array([y0, y0, y1, y1]))
-        r0, r1 = int(max(np.floor(rows.min()), 0)), int(min(np.ceil(rows.max()) + 1, self.size))
-        c0, c1 = int(max(np.floor(cols.min()), 0)), int(min(np.ceil(cols.max()) + 1, self.size))
+        rows, cols = [], []
+        scale, zoom = self.size / 2.0, self.zoom
+        for x, y in ((x0, y0), (x1, y0), (x0, y1), (x1, y1)):
+            dx, dy = (x - self.ox) / zoom, (y - self.oy) / zoom
+            cols.append((self.cos * dx + self.sin * dy + 1.0) * scale - 0.5)
+            rows.append((-self.sin * dx + self.cos * dy + 1.0) * scale - 0.5)
+        r0, r1 = max(math.floor(min(rows)), 0), min(math.ceil(max(rows)) + 1, self.size)
+        c0, c1 = max(math.floor(min(cols)), 0), min(math.ceil(max(cols)) + 1, self.size)
         if r0 >= r1 or c0 >= c1:
             return None
         rs, cs = slice(r0, r1), slice(c0, c1)
@@ -87,7 +110,7 @@ def upsample2(low: np.ndarray) -> np.ndarray:
 def ramp(value: np.ndarray, width: float) -> np.ndarray:
     """0 where value <= 0, rising linearly to 1 at value = width (a soft mask edge)."""
     out = value * np.float32(1.0 / width)
-    return np.clip(out, _ZERO, _ONE, out=out)
+    return _clip(out, _ZERO, _ONE, out=out)
 
 
 def resample_polyline(

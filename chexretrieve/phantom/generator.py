@@ -169,7 +169,7 @@ def _anatomy(nuisance: Mapping, attrs: dict[str, dict], sex: str, rng) -> Anatom
     a.breast = float(rng.uniform(0.03, 0.1)) if sex == "F" else 0.0
     a.gastric_bubble = float(rng.uniform(0.0, 1.0))
     a.vessel_atlas = int(rng.integers(0, 4))
-    a.vessel_density = float(rng.uniform(0.1, 0.16))
+    a.vessel_density = float(rng.uniform(0.13, 0.19))
     adjust_anatomy(a, attrs)
     return a
 
@@ -208,14 +208,18 @@ def compose(layers: Layers, anatomy: Anatomy, nuisance: Mapping, rng) -> np.ndar
     fill = np.minimum(layers.fill, np.float32(1.0))
     air = layers.lung * (1.0 - fill)
     mottle = bank_view(mottle_bank(small), small, rng)
-    smooth = layers.soft - air * (0.5 + 0.025 * mottle) - layers.lucent + fill * layers.lung * 0.04
-    visible = layers.markings * (1.0 - 0.6 * fill)
-    if small != size:
-        smooth, visible = upsample2(smooth), upsample2(visible)
-    vessels = layers.vessels * visible
+    attenuation = layers.soft - air * (0.5 + 0.025 * mottle)
+    attenuation -= layers.lucent
+    attenuation += fill * layers.lung * np.float32(0.04)
+    attenuation += layers.dense
+    vessels = layers.vessels * layers.markings
+    vessels *= 1.0 - 0.6 * fill
     vessels *= np.float32(anatomy.vessel_density)
-    attenuation = smooth + layers.dense + vessels
-    attenuation += layers.lines * np.float32(0.25)
+    attenuation += vessels
+    if small != size:
+        attenuation = upsample2(attenuation)
+    if layers.has_lines:
+        attenuation += layers.lines * np.float32(0.25)
     exposure, contrast = float(nuisance["exposure"]), float(nuisance["contrast"])
     image = np.exp(attenuation * np.float32(-1.6 * contrast))
     # 1 - exp(-mu A), shifted and scaled by the exposure
@@ -225,8 +229,9 @@ def compose(layers: Layers, anatomy: Anatomy, nuisance: Mapping, rng) -> np.ndar
     if noise > 0:
         image += bank_view(noise_bank(size), size, rng) * np.float32(noise)
     np.clip(image, np.float32(0.0), np.float32(1.0), out=image)
-    # radio-opaque devices push towards white whatever lies behind them
-    image += (1.0 - image) * (layers.metal * np.float32(0.92))
+    if layers.has_metal:
+        # radio-opaque devices push towards white whatever lies behind them
+        image += (1.0 - image) * (layers.metal * np.float32(0.92))
     _marker(image, nuisance, size)
     return image.astype(np.float32, copy=False)
 

@@ -7,8 +7,10 @@ off (`overrides`) leaves every other finding, the nuisance factors and the metad
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -46,20 +48,31 @@ def patient_of(seed: int, index: int, config: PhantomConfig) -> Patient:
     """The patient an image belongs to: each block of 16 indices is shared by 1-image and
     multi-image patients, so some patients have several studies."""
     block, offset = divmod(index, PATIENT_BLOCK)
+    starts = _block_starts(seed, block)
+    start = max(s for s in starts if s <= offset)
+    first = block * PATIENT_BLOCK + start
+    patient = _patient(seed, first, config.valid_fraction, config.prevalence)
+    return dataclasses.replace(patient, study_number=offset - start)
+
+
+@lru_cache(maxsize=4096)
+def _block_starts(seed: int, block: int) -> tuple[int, ...]:
+    """First offsets of the patients sharing a block of PATIENT_BLOCK consecutive indices."""
     rng = stream(seed, _STREAM_PATIENT_BLOCK, block)
     sizes = rng.choice([1, 2, 3, 4], size=PATIENT_BLOCK, p=[0.55, 0.2, 0.15, 0.1])
     starts = np.concatenate([[0], np.cumsum(sizes)])
-    group = int(np.searchsorted(starts, offset, side="right") - 1)
-    start = int(starts[group])
-    patient_index = block * PATIENT_BLOCK + start
+    return tuple(int(v) for v in starts if v < PATIENT_BLOCK)
+
+
+@lru_cache(maxsize=4096)
+def _patient(seed: int, patient_index: int, valid_fraction: float, rates: float) -> Patient:
     prng = stream(seed, _STREAM_PATIENT, patient_index)
-    split = "valid" if prng.random() < config.valid_fraction else "train"
+    split = "valid" if prng.random() < valid_fraction else "train"
     sex = "F" if prng.random() < 0.48 else "M"
     # age at the first study like a chest X-ray population (mean about 60), 18 to 92 years
     age_years = float(np.clip(prng.normal(60.0, 17.0), 18.0, 92.0))
     birth = first_study_date(seed, patient_index) - dt.timedelta(days=int(age_years * 365.25))
     body = float(np.clip(prng.normal(1.0, 0.08), 0.82, 1.2))
-    rates = config.prevalence
     old = min(1.0, max(0.0, (age_years - 40.0) / 40.0))
     chronic = set()
     if prng.random() < (0.05 + 0.1 * old) * rates:
@@ -72,7 +85,7 @@ def patient_of(seed: int, index: int, config: PhantomConfig) -> Patient:
         chronic.add("Support Devices")
     return Patient(
         patient_index=patient_index,
-        study_number=offset - start,
+        study_number=0,
         patient_id=f"PH{seed % 10000:04d}-{patient_index:07d}",
         sex=sex,
         birth_date=birth,
@@ -201,7 +214,7 @@ def sample_attributes(
             a["side"] = _side(rng)
             a["count"] = int(rng.choice([1, 1, 2, 3]))
             a["ribs"] = sorted(int(r) for r in rng.choice(np.arange(2, 6), a["count"], False))
-            a["position"] = float(rng.uniform(0.5, 0.7))
+            a["position"] = float(rng.uniform(0.6, 0.78))
         elif name == "Pleural Other":
             a["kind"] = ["thickening", "plaques", "apical cap"][int(rng.integers(0, 3))]
             a["side"] = _side(rng, 0.4 if a["kind"] == "plaques" else 0.15)
@@ -261,6 +274,7 @@ def sample_nuisance(
     }
 
 
+@lru_cache(maxsize=4096)
 def first_study_date(seed: int, patient_index: int) -> dt.date:
     rng = stream(seed, _STREAM_PATIENT, patient_index, 7)
     return _EPOCH + dt.timedelta(days=int(rng.integers(0, 12 * 365)))
@@ -268,10 +282,15 @@ def first_study_date(seed: int, patient_index: int) -> dt.date:
 
 def study_date(seed: int, patient: Patient) -> dt.date:
     """Date of a patient's n-th study: later studies follow earlier ones by weeks to months."""
-    rng = stream(seed, _STREAM_PATIENT, patient.patient_index, 8)
-    gaps = rng.integers(2, 200, size=PATIENT_BLOCK)
-    first = first_study_date(seed, patient.patient_index)
-    return first + dt.timedelta(days=int(gaps[: patient.study_number].sum()))
+    return _study_dates(seed, patient.patient_index)[patient.study_number]
+
+
+@lru_cache(maxsize=4096)
+def _study_dates(seed: int, patient_index: int) -> tuple[dt.date, ...]:
+    rng = stream(seed, _STREAM_PATIENT, patient_index, 8)
+    gaps = np.concatenate([[0], np.cumsum(rng.integers(2, 200, size=PATIENT_BLOCK - 1))])
+    first = first_study_date(seed, patient_index)
+    return tuple(first + dt.timedelta(days=int(g)) for g in gaps)
 
 
 def age_on(birth: dt.date, day: dt.date) -> int:

@@ -40,7 +40,10 @@ def isolated_case(seed: int, finding: str | None, config: PhantomConfig, start: 
                 overrides.pop("Lung Opacity")
         case = generate_case(seed, index, config, overrides=overrides)
         attrs = case.attributes.get(finding or "", {})
-        if finding is None or attrs.get("severity", 1.0) >= 0.6:
+        clear = attrs.get("severity", 1.0) >= (0.75 if finding == "Fracture" else 0.6)
+        if finding == "Fracture":
+            clear = clear and attrs["count"] >= 2
+        if finding is None or clear:
             if case.nuisance["view"] == "PA" or finding == "Support Devices":
                 return case
     raise RuntimeError(f"no clear example of {finding} in 500 cases")  # pragma: no cover
@@ -59,7 +62,7 @@ def contact_sheet(path: Path, seed: int = 0, config: PhantomConfig | None = None
     ]
     for name in FINDINGS:
         tiles.append((name, SIGNS[name], isolated_case(seed, name, config)))
-    fig, axes = plt.subplots(2, 7, figsize=(17.5, 6.2), facecolor="black")
+    fig, axes = plt.subplots(2, 7, figsize=(17.5, 6.8), facecolor="black")
     for ax, (title, caption, case) in zip(axes.ravel(), tiles, strict=True):
         ax.imshow(case.image, cmap="gray", vmin=0.0, vmax=1.0, interpolation="lanczos")
         ax.set_axis_off()
@@ -70,7 +73,7 @@ def contact_sheet(path: Path, seed: int = 0, config: PhantomConfig | None = None
         color="white",
         fontsize=11,
     )
-    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    fig.tight_layout(rect=(0, 0, 1, 0.95), h_pad=2.2)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=80, facecolor="black")

@@ -2,7 +2,7 @@
 
 `adjust_anatomy` changes the geometry before the anatomy is drawn (heart, mediastinum, volume loss,
 rib fractures); `draw_signs` draws everything else afterwards. Smooth signs go on the layers' `lo`
-frame, fine ones (lines, calcification, devices) on `hi`.
+frame, thin lines and devices on `hi`.
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def draw_signs(anatomy: Anatomy, layers: Layers, attrs: dict[str, dict], seed_of
     if "Pleural Other" in attrs:
         _pleural_other(anatomy, layers, attrs["Pleural Other"], seed_of("Pleural Other"))
     if "Fracture" in attrs:
-        _fracture_callus(layers.hi, anatomy, layers)
+        _fracture_callus(layers.lo, anatomy, layers)
     if "Support Devices" in attrs:
         _devices(layers.hi, anatomy, layers, attrs["Support Devices"], seed_of("Support Devices"))
 
@@ -150,7 +150,7 @@ def _airspace(frame: Frame, anatomy: Anatomy, layers: Layers, a: dict, rng, kind
             patches = ramp(0.8 * field + 0.6 * fine + 0.5 - 1.3 * r2, 1.3)
             blob = patches * (0.55 + 0.3 * sev)
         else:
-            blob = ramp(1.0 - r2 + 0.3 * field, 0.7) * (0.3 + 0.25 * sev)
+            blob = ramp(1.0 - r2 + 0.3 * field, 0.7) * (0.4 + 0.3 * sev)
         np.maximum(layers.fill[win.sl], blob, out=layers.fill[win.sl])
 
 
@@ -173,7 +173,7 @@ def _atelectasis(frame: Frame, anatomy: Anatomy, layers: Layers, a: dict, rng) -
         plate = ramp(thick - np.abs(win.Y - centre), 0.016) * along
         # streaky haze around the plate (subsegmental collapse)
         haze = ramp(0.07 - np.abs(win.Y - centre), 0.07) * along
-        np.maximum(layers.fill[win.sl], 0.95 * plate + 0.3 * haze, out=layers.fill[win.sl])
+        np.maximum(layers.fill[win.sl], 0.85 * plate + 0.3 * haze, out=layers.fill[win.sl])
 
 
 def _lesion(anatomy: Anatomy, layers: Layers, a: dict) -> None:
@@ -182,7 +182,7 @@ def _lesion(anatomy: Anatomy, layers: Layers, a: dict) -> None:
     radius = (0.07 + 0.06 * sev) if mass else (0.03 + 0.02 * sev)
     for side in _sides(a["side"]):
         for sx, sy, shape in a["spots"]:
-            for frame, target in ((layers.hi, "dense"), (layers.lo, "fill")):
+            for frame, target in ((layers.lo, "dense"), (layers.lo, "fill")):
                 x0 = anatomy.side_x(side, sx - radius * 1.3)
                 x1 = anatomy.side_x(side, sx + radius * 1.3)
                 win = frame.window(min(x0, x1), max(x0, x1), sy - radius * 1.3, sy + radius * 1.3)
@@ -247,7 +247,7 @@ def _pleural_other(anatomy: Anatomy, layers: Layers, a: dict, rng) -> None:
     sev = a["severity"]
     for side in _sides(a["side"]):
         if a["kind"] == "plaques":
-            _plaques(layers.hi, anatomy, layers, side, sev, rng)
+            _plaques(layers.lo, anatomy, layers, side, sev, rng)
             continue
         win = hemithorax_window(layers.lo, anatomy, side, -0.85, 0.8)
         if win is None:
@@ -269,11 +269,11 @@ def _pleural_other(anatomy: Anatomy, layers: Layers, a: dict, rng) -> None:
 
 def _plaques(frame: Frame, anatomy: Anatomy, layers: Layers, side: int, sev: float, rng) -> None:
     """Calcified pleural plaques: dense irregular patches along the lateral wall and diaphragm."""
-    count = int(3 + 4 * sev)
+    count = int(4 + 4 * sev)
     for _ in range(count):
-        y = float(rng.uniform(-0.35, anatomy.dome[0 if side < 0 else 1]))
-        xm = 0.8 * anatomy.lung_scale - 0.05 * max(0.0, y) + rng.uniform(-0.04, 0.0)
-        long, short = rng.uniform(0.04, 0.08), rng.uniform(0.012, 0.022)
+        y = float(rng.uniform(-0.4, anatomy.dome[0 if side < 0 else 1]))
+        xm = 0.8 * anatomy.lung_scale - 0.05 * max(0.0, y) + rng.uniform(-0.08, 0.0)
+        long, short = rng.uniform(0.05, 0.1), rng.uniform(0.018, 0.03)
         x = anatomy.side_x(side, xm)
         win = frame.window(x - long, x + long, y - long, y + long)
         if win is None:
@@ -282,7 +282,7 @@ def _plaques(frame: Frame, anatomy: Anatomy, layers: Layers, side: int, sev: flo
         # elongated along the chest wall, with a ragged ("holly leaf") edge
         e = (dx * (1 / short)) ** 2 + (dy * (1 / long)) ** 2
         edge = 1.0 + 0.25 * np.sin(dy * (60 + 40 * rng.random()) + rng.uniform(0, 6))
-        layers.dense[win.sl] += ramp(edge - e, 0.4) * (0.1 + 0.06 * sev)
+        layers.dense[win.sl] += ramp(edge - e, 0.4) * (0.12 + 0.08 * sev)
 
 
 def _fracture_callus(frame: Frame, anatomy: Anatomy, layers: Layers) -> None:
