@@ -292,9 +292,9 @@ def _draw_ribs(frame: Frame, a: Anatomy, layers: Layers) -> None:
             # the fragment lateral to the break is displaced (tapering back over 0.22 units);
             # only rib `rib` and its interspaces move, so the neighbours stay whole
             along = xm - fx
-            on_rib = (phase >= rib - 0.3) & (phase < rib + 0.75)
+            on_rib = (phase >= rib - 0.5) & (phase < rib + 0.9)
             gaps.append(ramp(shift * 0.1 - np.abs(along), 0.008) * on_rib)
-            phase += (min(shift, 0.3) * on_rib) * ramp(0.22 - along, 0.22) * (along > 0)
+            phase += (min(shift, 0.48) * on_rib) * ramp(0.22 - along, 0.22) * (along > 0)
         phase *= np.float32(RIB_TABLE)
         index = np.clip(phase, 0, RIB_COUNT * RIB_TABLE - 1, out=phase).astype(np.int32)
         posterior = _POSTERIOR[index]

@@ -169,7 +169,7 @@ def _anatomy(nuisance: Mapping, attrs: dict[str, dict], sex: str, rng) -> Anatom
     a.breast = float(rng.uniform(0.03, 0.1)) if sex == "F" else 0.0
     a.gastric_bubble = float(rng.uniform(0.0, 1.0))
     a.vessel_atlas = int(rng.integers(0, 4))
-    a.vessel_density = float(rng.uniform(0.13, 0.19))
+    a.vessel_density = float(rng.uniform(0.18, 0.25))
     adjust_anatomy(a, attrs)
     return a
 
@@ -208,7 +208,7 @@ def compose(layers: Layers, anatomy: Anatomy, nuisance: Mapping, rng) -> np.ndar
     fill = np.minimum(layers.fill, np.float32(1.0))
     air = layers.lung * (1.0 - fill)
     mottle = bank_view(mottle_bank(small), small, rng)
-    attenuation = layers.soft - air * (0.5 + 0.025 * mottle)
+    attenuation = layers.soft - air * (0.5 + 0.015 * mottle)
     attenuation -= layers.lucent
     attenuation += fill * layers.lung * np.float32(0.04)
     attenuation += layers.dense

@@ -265,7 +265,7 @@ def sample_nuisance(
         "inspiration": float(np.clip(rng.normal(-0.25 if ap else 0.1, 0.45), -1, 1) * s),
         "exposure": float(np.exp(rng.normal(0, 0.12) * s)),
         "contrast": float(np.exp(rng.normal(0, 0.12) * s)),
-        "noise": float(rng.uniform(0.006, 0.03) * s),
+        "noise": float(rng.uniform(0.004, 0.02) * s),
         "marker": "R" if rng.random() < 0.6 else "L",
         "marker_corner": "left" if rng.random() < 0.5 else "right",
         "crop_zoom": float(1.0 + rng.uniform(-0.07, 0.1) * s),

@@ -59,7 +59,7 @@ def adjust_anatomy(anatomy: Anatomy, attrs: dict[str, dict]) -> None:
         for side in _sides(fr["side"]):
             for k, rib in enumerate(fr["ribs"]):
                 xm = (fr["position"] + 0.04 * (k % 2)) * anatomy.lung_scale
-                breaks.append((xm, rib, 0.25 + 0.1 * fr["severity"], side))
+                breaks.append((xm, rib, 0.3 + 0.15 * fr["severity"], side))
         anatomy.extra["rib_fractures"] = breaks
 
 
@@ -293,7 +293,7 @@ def _fracture_callus(frame: Frame, anatomy: Anatomy, layers: Layers) -> None:
             continue
         # callus and extrapleural haematoma around the break
         r2 = ((win.X - x) * (1 / 0.04)) ** 2 + ((win.Y - y) * (1 / 0.05)) ** 2
-        layers.dense[win.sl] += ramp(1.0 - r2, 0.7) * 0.045
+        layers.dense[win.sl] += ramp(1.0 - r2, 0.7) * 0.06
 
 
 def _devices(frame: Frame, anatomy: Anatomy, layers: Layers, a: dict, rng) -> None:
