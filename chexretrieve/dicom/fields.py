@@ -15,6 +15,7 @@ from pydicom.dataset import Dataset
 
 from chexretrieve.dicom.config import ReadConfig
 from chexretrieve.dicom.errors import RejectedFile
+from chexretrieve.dicom.inflate import check_deflated_size
 from chexretrieve.dicom.metadata import element_text
 from chexretrieve.dicom.read import _guarded, _open_checked
 
@@ -40,6 +41,7 @@ def _list(path: Path, config: ReadConfig) -> list[tuple[str, str]]:
     found, _ = _open_checked(path, config)
     if found != "dicom":
         raise RejectedFile("not-dicom", "only DICOM files have text fields to list")
+    check_deflated_size(path, config)
     ds = pydicom.dcmread(path, force=True, stop_before_pixels=True)
     out: list[tuple[str, str]] = []
     meta = getattr(ds, "file_meta", None)

@@ -22,6 +22,7 @@ from pydicom.uid import DeflatedExplicitVRLittleEndian
 from chexretrieve.dicom.config import ReadConfig
 from chexretrieve.dicom.errors import RejectedFile
 from chexretrieve.dicom.images import image_display_pixels, read_image_file
+from chexretrieve.dicom.inflate import check_deflated_size
 from chexretrieve.dicom.metadata import (
     RadiographMetadata,
     extract_metadata,
@@ -236,6 +237,7 @@ def _open_checked(path: Path, config: ReadConfig) -> tuple[str, int]:
 def load_dicom(path: Path, config: ReadConfig, *, header_only: bool) -> Dataset:
     """Parse a DICOM file (``force=True``) and reject it when truncated or nested too deep."""
     size = path.stat().st_size
+    check_deflated_size(path, config)  # pydicom would inflate a deflated body without a bound
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
