@@ -44,6 +44,13 @@ def _where(rng: np.random.Generator, a: dict) -> str:
     return _pick(rng, _ZONE_WORDS[(a["side"], zone)])
 
 
+def _place(rng: np.random.Generator, a: dict) -> str:
+    """A location as a noun phrase ("in the {place}"): 'right lower lobe', 'lung bases'."""
+    if a["side"] == "bilateral":
+        return _pick(rng, ["lung bases", "lower lobes bilaterally", "both lower lobes"])
+    return _where(rng, a)
+
+
 def _side_word(side: str) -> str:
     return {"right": "right", "left": "left", "bilateral": "bilateral"}[side]
 
@@ -129,7 +136,7 @@ def positive_mentions(name: str, a: dict, rng: np.random.Generator, prior: bool)
                         rng,
                         [
                             f"{where} consolidation.",
-                            f"dense consolidation in the {where}.",
+                            f"dense consolidation in the {_place(rng, a)}.",
                             f"{where} airspace consolidation with air bronchograms.",
                         ],
                     )
@@ -163,7 +170,7 @@ def positive_mentions(name: str, a: dict, rng: np.random.Generator, prior: bool)
                         rng,
                         [
                             f"{where} opacity.",
-                            f"hazy opacity in the {where}.",
+                            f"hazy opacity in the {_place(rng, a)}.",
                             f"ill-defined {where} opacity.",
                         ],
                     )
@@ -180,16 +187,16 @@ def positive_mentions(name: str, a: dict, rng: np.random.Generator, prior: bool)
         ]
         return [(cap(_pick(rng, options)), {name: 1.0, **lo})]
     if name == "Atelectasis":
-        where = _where(rng, dict(a, side=a["side"]))
+        where = _where(rng, a)
         return [
             (
                 cap(
                     _pick(
                         rng,
                         [
-                            f"plate-like atelectasis at the {where}.",
+                            f"plate-like atelectasis at the {_place(rng, a)}.",
                             f"{where} atelectasis.",
-                            f"linear atelectasis in the {where}.",
+                            f"linear atelectasis in the {_place(rng, a)}.",
                         ],
                     )
                 ),
