@@ -15,7 +15,7 @@ from contextlib import contextmanager
 
 import numpy as np
 import pandas as pd
-from sqlalchemy import Connection, and_, delete, exists, func, insert, select, text, update
+from sqlalchemy import Connection, and_, delete, func, insert, select, text, update
 from sqlalchemy.exc import DatabaseError, IntegrityError
 
 from chexretrieve.findings import FINDINGS
@@ -28,6 +28,16 @@ from chexretrieve.store.engine import (
     database_label,
     default_db_url,
     run_migrations,
+)
+from chexretrieve.store.queries import (
+    IMAGE_COLUMNS,
+    anchor_key,
+    apply_filters,
+    find_problems,
+    metadata_frame,
+    post_filter,
+    post_filter_mask,
+    process_alive,
 )
 from chexretrieve.store.records import (
     BatchItem,
@@ -54,31 +64,6 @@ from chexretrieve.store.schema import (
     Label,
     SourceFile,
     Study,
-)
-
-#: metadata columns of galleries and image frames, in order
-IMAGE_COLUMNS = (
-    "sop_uid",
-    "study_uid",
-    "series_uid",
-    "patient_id",
-    "patient_sex",
-    "patient_age_years",
-    "study_date",
-    "view_position",
-    "manufacturer",
-    "body_part",
-    "photometric",
-    "modality",
-    "pixel_rows",
-    "pixel_columns",
-    "pixel_spacing_row_mm",
-    "pixel_spacing_col_mm",
-    "transfer_syntax",
-    "source_format",
-    "pixel_sha256",
-    "source_path",
-    "split",
 )
 
 
@@ -325,11 +310,11 @@ class Store:
 
     def images_frame(self, filters: ImageFilter | None = None) -> pd.DataFrame:
         """Metadata of every image (matching ``filters``), indexed by image_id."""
-        stmt = _apply_filters(self._image_select(), filters).order_by(Image.id)
+        stmt = apply_filters(self._image_select(), filters).order_by(Image.id)
         with self._read() as conn:
             rows = conn.execute(stmt).all()
-        frame = _metadata_frame([r._asdict() for r in rows])
-        return _post_filter(frame, filters)
+        frame = metadata_frame([r._asdict() for r in rows])
+        return post_filter(frame, filters)
 
     def gallery(self, encoder_id: str, filters: ImageFilter | None = None) -> Gallery:
         """(image ids, (n, d) float32 embeddings, metadata) of one encoder, ordered by image id."""
@@ -340,7 +325,7 @@ class Store:
             .join(Embedding, Embedding.image_id == Image.id)
             .where(Embedding.encoder_id == encoder_id)
         )
-        stmt = _apply_filters(stmt, filters).order_by(Image.id)
+        stmt = apply_filters(stmt, filters).order_by(Image.id)
         with self._read() as conn:
             rows = conn.execute(stmt).all()
         dim = encoder.embed_dim
@@ -354,8 +339,8 @@ class Store:
         records = [r._asdict() for r in rows]
         for record in records:
             del record["dim"], record["vector"]
-        metadata = _metadata_frame(records)
-        keep = _post_filter_mask(metadata, filters)
+        metadata = metadata_frame(records)
+        keep = post_filter_mask(metadata, filters)
         metadata = metadata[keep]
         vectors = vectors[keep]
         return Gallery(metadata.index.to_numpy(dtype=np.int64), vectors, metadata)
@@ -428,7 +413,7 @@ class Store:
                 f"anchor embeddings have dimension {dim}; encoder {encoder_id} has "
                 f"{encoder.embed_dim}"
             )
-        key = _anchor_key(anchor_set_id, str(version), content_hash, encoder_id)
+        key = anchor_key(anchor_set_id, str(version), content_hash, encoder_id)
         with self._write() as conn:
             conn.execute(delete(AnchorEmbedding).where(key))
             conn.execute(
@@ -448,7 +433,7 @@ class Store:
         self, anchor_set_id: str, version: str, content_hash: str, encoder_id: str
     ) -> np.ndarray | None:
         """The cached matrix, or None when this exact (set, version, content, encoder) is absent."""
-        key = _anchor_key(anchor_set_id, str(version), content_hash, encoder_id)
+        key = anchor_key(anchor_set_id, str(version), content_hash, encoder_id)
         with self._read() as conn:
             row = conn.execute(
                 select(
@@ -485,7 +470,7 @@ class Store:
                     IngestRun.status == "running", IngestRun.host == host
                 )
             ).all()
-            dead = [run_id for run_id, run_pid in stale if not _process_alive(run_pid)]
+            dead = [run_id for run_id, run_pid in stale if not process_alive(run_pid)]
             if dead:
                 conn.execute(
                     update(IngestRun).where(IngestRun.id.in_(dead)).values(status="interrupted")
@@ -578,116 +563,10 @@ class Store:
         """Problems found (empty list = healthy): the database's own check, foreign keys,
         images without any embedding, embeddings of the wrong size, duplicate SOP UIDs, unknown
         findings."""
-        problems: list[str] = []
         with self._read() as conn:
-            if self.dialect == "sqlite":
-                result = [r[0] for r in conn.exec_driver_sql("PRAGMA integrity_check").all()]
-                if result != ["ok"]:
-                    problems += [f"sqlite integrity_check: {r}" for r in result]
-                for row in conn.exec_driver_sql("PRAGMA foreign_key_check").all():
-                    problems.append(f"foreign key violation: {tuple(row)}")
-            orphans = conn.execute(
-                select(func.count())
-                .select_from(Image)
-                .where(~exists().where(Embedding.image_id == Image.id))
-            ).scalar_one()
-            if orphans:
-                problems.append(f"{orphans} images have no embedding")
-            wrong = conn.execute(
-                select(func.count())
-                .select_from(Embedding)
-                .join(EncoderRow, EncoderRow.id == Embedding.encoder_id)
-                .where(
-                    (Embedding.dim != EncoderRow.embed_dim)
-                    | (func.length(Embedding.vector) != 4 * Embedding.dim)
-                )
-            ).scalar_one()
-            if wrong:
-                problems.append(f"{wrong} embeddings do not match their encoder's dimension")
-            dupes = conn.execute(
-                select(Image.sop_uid).group_by(Image.sop_uid).having(func.count() > 1)
-            ).all()
-            if dupes:
-                problems.append(f"{len(dupes)} SOP Instance UIDs stored more than once")
-            unknown = conn.execute(
-                select(Label.finding).distinct().where(Label.finding.not_in(list(FINDINGS)))
-            ).all()
-            if unknown:
-                problems.append(f"labels for unknown findings: {[r[0] for r in unknown]}")
-        return problems
+            return find_problems(conn)
 
     def execute_readonly_sql(self, sql: str) -> list[tuple]:
         """Run one read-only SQL statement (tests and diagnostics)."""
         with self._read() as conn:
             return [tuple(r) for r in conn.execute(text(sql)).all()]
-
-
-def _anchor_key(anchor_set_id: str, version: str, content_hash: str, encoder_id: str):  # noqa: ANN202
-    return and_(
-        AnchorEmbedding.anchor_set_id == anchor_set_id,
-        AnchorEmbedding.version == version,
-        AnchorEmbedding.content_hash == content_hash,
-        AnchorEmbedding.encoder_id == encoder_id,
-    )
-
-
-def _process_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _apply_filters(stmt, filters: ImageFilter | None):  # noqa: ANN001, ANN202
-    if filters is None:
-        return stmt
-    if filters.view_positions is not None:
-        wanted = [v.upper() for v in filters.view_positions]
-        stmt = stmt.where(func.upper(Image.view_position).in_(wanted))
-    if filters.sexes is not None:
-        wanted = [s.upper() for s in filters.sexes]
-        stmt = stmt.where(func.upper(Image.patient_sex).in_(wanted))
-    if filters.min_age_years is not None:
-        stmt = stmt.where(Image.patient_age_years >= filters.min_age_years)
-    if filters.max_age_years is not None:
-        stmt = stmt.where(Image.patient_age_years <= filters.max_age_years)
-    if filters.date_from is not None:
-        stmt = stmt.where(Image.study_date >= filters.date_from)
-    if filters.date_to is not None:
-        stmt = stmt.where(Image.study_date <= filters.date_to)
-    if filters.splits is not None:
-        stmt = stmt.where(Image.split.in_(list(filters.splits)))
-    if filters.labelled_for is not None:
-        from chexretrieve.findings import canonical_finding
-
-        finding = canonical_finding(filters.labelled_for)
-        stmt = stmt.where(
-            exists().where(
-                Label.image_id == Image.id, Label.finding == finding, Label.value.is_not(None)
-            )
-        )
-    if filters.exclude_study_uids:
-        stmt = stmt.where(Study.study_uid.not_in(list(filters.exclude_study_uids)))
-    return stmt
-
-
-def _post_filter_mask(frame: pd.DataFrame, filters: ImageFilter | None) -> np.ndarray:
-    if filters is None or filters.image_ids is None:
-        return np.ones(len(frame), dtype=bool)
-    return frame.index.isin([int(i) for i in filters.image_ids])
-
-
-def _post_filter(frame: pd.DataFrame, filters: ImageFilter | None) -> pd.DataFrame:
-    return frame[_post_filter_mask(frame, filters)]
-
-
-def _metadata_frame(records: list[dict]) -> pd.DataFrame:
-    frame = pd.DataFrame(records, columns=["image_id", *IMAGE_COLUMNS])
-    frame["image_id"] = frame["image_id"].astype(np.int64)
-    frame["patient_age_years"] = pd.to_numeric(frame["patient_age_years"]).astype(float)
-    return frame.set_index("image_id")

@@ -4,6 +4,9 @@ Everything a batch writes lands in one transaction, so a killed process leaves e
 batch or none of it: never an image without its embedding, never half its labels. Whether a file's
 image is new, already present or a conflict is decided inside that transaction (under SQLite's
 write lock), so two ingests racing on the same archive cannot insert an image twice.
+
+A batch costs a fixed number of statements whatever its size: a few bulk reads to classify the
+items, then one multi-row statement per table (rows of new images come back with their ids).
 """
 
 from __future__ import annotations
@@ -11,8 +14,9 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
-from sqlalchemy import Connection, delete, insert, select, update
+from sqlalchemy import Connection, bindparam, delete, insert, select, update
 
 from chexretrieve.store.records import (
     BatchItem,
@@ -34,6 +38,7 @@ from chexretrieve.store.schema import (
 
 #: rows per IN (...) query; far below SQLite's and PostgreSQL's parameter limits
 CHUNK = 500
+_IMAGE_FIELDS = tuple(name for name in ImageRecord.__dataclass_fields__ if name != "study_uid")
 
 
 def utc_now() -> dt.datetime:
@@ -89,100 +94,98 @@ def bump_revision(conn: Connection) -> None:
         conn.execute(insert(ArchiveRevision).values(id=1, revision=1, updated_at=now))
 
 
-def _study_id(conn: Connection, record: ImageRecord, cache: dict[str, int]) -> int:
-    if record.study_uid in cache:
-        return cache[record.study_uid]
-    row = conn.execute(select(Study.id).where(Study.study_uid == record.study_uid)).first()
-    if row is None:
-        result = conn.execute(
-            insert(Study).values(
-                study_uid=record.study_uid,
-                patient_id=record.patient_id,
-                study_date=record.study_date,
-            )
-        )
-        study_id = int(result.inserted_primary_key[0])
-    else:
-        study_id = int(row[0])
-    cache[record.study_uid] = study_id
-    return study_id
-
-
-def _insert_image(conn: Connection, record: ImageRecord, study_id: int, run_id: int | None) -> int:
-    values = {
-        name: getattr(record, name)
-        for name in ImageRecord.__dataclass_fields__
-        if name not in ("study_uid",)
-    }
-    if values["source_path"] is not None:
-        values["source_path"] = storable_text(values["source_path"])
-    result = conn.execute(
-        insert(Image).values(study_id=study_id, run_id=run_id, ingested_at=utc_now(), **values)
-    )
-    return int(result.inserted_primary_key[0])
-
-
-def insert_embedding(conn: Connection, encoder_id: str, dim: int, image_id: int, vector) -> None:  # noqa: ANN001
-    conn.execute(
-        insert(Embedding).values(
-            encoder_id=encoder_id,
-            image_id=image_id,
-            dim=dim,
-            vector=vector_to_bytes(vector, dim),
-        )
-    )
-
-
 def replace_labels(
     conn: Connection, image_id: int, labels: Mapping[str, float | None] | None
 ) -> bool:
     """Make the image's labels for these findings equal ``labels``; True when anything changed."""
-    if not labels:
-        return False
-    wanted = normalise_labels(labels)
-    stored = {
-        finding: value
-        for finding, value in conn.execute(
-            select(Label.finding, Label.value).where(Label.image_id == image_id)
+    return bool(_write_labels(conn, {image_id: labels} if labels else {}))
+
+
+def _write_labels(conn: Connection, wanted: Mapping[int, Mapping[str, float | None]]) -> set[int]:
+    """Bring the labels of several images to ``wanted`` (only the findings given); the image ids
+    whose labels changed."""
+    targets = {i: normalise_labels(labels) for i, labels in wanted.items() if labels}
+    if not targets:
+        return set()
+    stored: dict[int, dict[str, float | None]] = {}
+    for part in chunks(sorted(targets)):
+        rows = conn.execute(
+            select(Label.image_id, Label.finding, Label.value).where(Label.image_id.in_(part))
         )
-    }
-    changed = [
-        finding
-        for finding, value in wanted.items()
-        if finding not in stored or stored[finding] != value
+        for image_id, finding, value in rows:
+            stored.setdefault(image_id, {})[finding] = value
+    changes = [
+        (image_id, finding, value)
+        for image_id, labels in targets.items()
+        for finding, value in labels.items()
+        if finding not in stored.get(image_id, {}) or stored[image_id][finding] != value
     ]
-    if not changed:
-        return False
-    conn.execute(delete(Label).where(Label.image_id == image_id, Label.finding.in_(changed)))
+    if not changes:
+        return set()
+    replaced = [
+        {"old_image": image_id, "old_finding": finding}
+        for image_id, finding, _ in changes
+        if finding in stored.get(image_id, {})
+    ]
+    if replaced:
+        conn.execute(
+            delete(Label).where(
+                Label.image_id == bindparam("old_image"), Label.finding == bindparam("old_finding")
+            ),
+            replaced,
+        )
     conn.execute(
         insert(Label),
-        [{"image_id": image_id, "finding": f, "value": wanted[f]} for f in changed],
+        [{"image_id": i, "finding": f, "value": v} for i, f, v in changes],
     )
-    return True
+    return {image_id for image_id, _, _ in changes}
 
 
-def remember_source(conn: Connection, stamp: SourceStamp | None, image_id: int) -> None:
-    if stamp is None:
+def _remember_sources(conn: Connection, stamps: Mapping[str, tuple[SourceStamp, int]]) -> None:
+    """Record (path -> size, mtime, image) for files now stored; unchanged rows are not touched."""
+    if not stamps:
         return
-    key = path_key(stamp.path)
-    stored = conn.execute(
-        select(SourceFile.size_bytes, SourceFile.mtime_ns, SourceFile.image_id).where(
-            SourceFile.path_key == key
+    stored: dict[str, tuple[int, int, int]] = {}
+    for part in chunks(sorted(stamps)):
+        rows = conn.execute(
+            select(
+                SourceFile.path_key, SourceFile.size_bytes, SourceFile.mtime_ns, SourceFile.image_id
+            ).where(SourceFile.path_key.in_(part))
         )
-    ).first()
-    if stored is not None and tuple(stored) == (stamp.size_bytes, stamp.mtime_ns, image_id):
-        return  # nothing changed: a re-run writes nothing here
-    values = {
-        "path": storable_text(stamp.path),
-        "size_bytes": stamp.size_bytes,
-        "mtime_ns": stamp.mtime_ns,
-        "image_id": image_id,
-        "seen_at": utc_now(),
-    }
-    if stored is None:
-        conn.execute(insert(SourceFile).values(path_key=key, **values))
-    else:
-        conn.execute(update(SourceFile).where(SourceFile.path_key == key).values(**values))
+        for key, size, mtime, image_id in rows:
+            stored[key] = (size, mtime, image_id)
+    now = utc_now()
+    inserts, updates = [], []
+    for key, (stamp, image_id) in stamps.items():
+        values = (stamp.size_bytes, stamp.mtime_ns, image_id)
+        if stored.get(key) == values:
+            continue
+        row = {
+            "path": storable_text(stamp.path),
+            "size_bytes": stamp.size_bytes,
+            "mtime_ns": stamp.mtime_ns,
+            "image_id": image_id,
+            "seen_at": now,
+        }
+        if key in stored:
+            updates.append({"key": key, **row})
+        else:
+            inserts.append({"path_key": key, **row})
+    if inserts:
+        conn.execute(insert(SourceFile), inserts)
+    if updates:
+        conn.execute(
+            update(SourceFile)
+            .where(SourceFile.path_key == bindparam("key"))
+            .values(
+                path=bindparam("path"),
+                size_bytes=bindparam("size_bytes"),
+                mtime_ns=bindparam("mtime_ns"),
+                image_id=bindparam("image_id"),
+                seen_at=bindparam("seen_at"),
+            ),
+            updates,
+        )
 
 
 def record_outcomes(conn: Connection, run_id: int, outcomes: Sequence[Outcome]) -> None:
@@ -207,6 +210,36 @@ def record_outcomes(conn: Connection, run_id: int, outcomes: Sequence[Outcome]) 
     )
 
 
+@dataclass
+class _Plan:
+    """What a batch will do, decided before any write."""
+
+    outcomes: list[Outcome | None]  # decided outcomes (conflicts); None = stored, see below
+    new: dict[str, int] = field(default_factory=dict)  # sop_uid -> position of its first item
+    new_sha: dict[str, str] = field(default_factory=dict)  # sop_uid -> pixel sha256 of that item
+    embed: dict[int, int] = field(default_factory=dict)  # position -> stored image id to embed
+    # position -> image id of every stored item; -(p + 1) stands for "the new image of item p"
+    image_of: dict[int, int] = field(default_factory=dict)
+    notes: dict[int, list[str]] = field(default_factory=dict)
+
+
+def _conflict(item: BatchItem, image_id: int | None, stored_sha: str) -> Outcome:
+    record = item.record
+    where = f"image {image_id}" if image_id is not None else "an earlier file of this batch"
+    return Outcome(
+        item.path,
+        "conflict",
+        reason="same-uid-different-pixels",
+        detail=(
+            f"SOPInstanceUID {record.sop_uid} is already stored as {where} with different "
+            f"pixels (stored sha256 {stored_sha[:12]}, this file {record.pixel_sha256[:12]}); "
+            "the stored image is kept"
+        ),
+        sop_uid=record.sop_uid,
+        image_id=image_id,
+    )
+
+
 def write_items(
     conn: Connection,
     *,
@@ -216,106 +249,153 @@ def write_items(
     items: Sequence[BatchItem],
 ) -> list[Outcome]:
     """Classify and store a batch in the caller's transaction; one Outcome per item, in order."""
-    records = [item.record for item in items if item.record is not None]
-    existing = existing_images(conn, (r.sop_uid for r in records))
-    known_ids = [image_id for image_id, _ in existing.values()]
-    known_ids += [item.known_image_id for item in items if item.known_image_id is not None]
-    embedded = images_with_embedding(conn, encoder_id, known_ids)
-    studies: dict[str, int] = {}
-    outcomes: list[Outcome] = []
-    changed_archive = False
+    existing = existing_images(conn, (i.record.sop_uid for i in items if i.record is not None))
+    known = [image_id for image_id, _ in existing.values()]
+    known += [i.known_image_id for i in items if i.known_image_id is not None]
+    embedded = images_with_embedding(conn, encoder_id, known)
+    plan = _Plan(outcomes=[None] * len(items))
+    for position, item in enumerate(items):
+        _classify(plan, position, item, existing, embedded, encoder_id)
 
-    for item in items:
-        if item.known_image_id is not None:
-            image_id = item.known_image_id
-            if image_id not in embedded:
-                raise ValueError(
-                    f"{item.path}: image {image_id} has no embedding for {encoder_id}; an "
-                    "unchanged-file shortcut is only valid for images already embedded"
-                )
-            labels_changed = replace_labels(conn, image_id, item.labels)
-            changed_archive |= labels_changed
-            remember_source(conn, item.stamp, image_id)
-            detail = "file unchanged since it was stored (not decoded again)"
-            outcomes.append(
-                Outcome(
-                    item.path,
-                    "already-present",
-                    detail=detail + ("; labels updated" if labels_changed else ""),
-                    image_id=image_id,
-                )
+    new_ids = _insert_new_images(conn, items, plan, run_id)
+    image_of = plan.image_of  # resolved to real ids now
+    to_embed = [*plan.embed.items(), *new_ids.items()]
+    if to_embed:
+        conn.execute(
+            insert(Embedding),
+            [
+                {
+                    "encoder_id": encoder_id,
+                    "image_id": image_id,
+                    "dim": dim,
+                    "vector": vector_to_bytes(items[position].embedding, dim),
+                }
+                for position, image_id in to_embed
+            ],
+        )
+    label_changes = _write_labels(conn, {image_of[p]: items[p].labels for p in image_of})
+    _remember_sources(
+        conn,
+        {
+            path_key(items[p].stamp.path): (items[p].stamp, image_of[p])
+            for p in image_of
+            if items[p].stamp is not None
+        },
+    )
+    outcomes = [
+        plan.outcomes[p] or _stored_outcome(p, item, plan, new_ids, label_changes)
+        for p, item in enumerate(items)
+    ]
+    if new_ids or plan.embed or label_changes:
+        bump_revision(conn)
+    return outcomes
+
+
+def _stored_outcome(position, item, plan, new_ids, label_changes) -> Outcome:  # noqa: ANN001
+    image_id = plan.image_of[position]
+    sop_uid = item.record.sop_uid if item.record is not None else None
+    if position in new_ids:
+        labelled = bool(item.labels) and image_id in label_changes
+        detail = f"labels for {len(item.labels)} findings" if labelled else None
+        return Outcome(item.path, "ingested", None, detail, sop_uid, image_id)
+    notes = list(plan.notes.get(position, []))
+    if image_id in label_changes:
+        notes.append("labels updated")
+    kind = "embedded" if position in plan.embed else "already-present"
+    return Outcome(item.path, kind, None, "; ".join(notes) or None, sop_uid, image_id)
+
+
+def _classify(plan, position, item, existing, embedded, encoder_id) -> None:  # noqa: ANN001
+    """Decide what one item will do; conflicts get their outcome now."""
+    if item.known_image_id is not None:
+        if item.known_image_id not in embedded:
+            raise ValueError(
+                f"{item.path}: image {item.known_image_id} has no embedding for {encoder_id}; an "
+                "unchanged-file shortcut is only valid for images already embedded"
             )
-            continue
-
-        record = item.record
-        if record is None:
-            raise ValueError(f"{item.path}: a batch item needs a record or a known_image_id")
-        if record.sop_uid in existing:
-            image_id, stored_sha = existing[record.sop_uid]
-            if stored_sha != record.pixel_sha256:
-                outcomes.append(
-                    Outcome(
-                        item.path,
-                        "conflict",
-                        reason="same-uid-different-pixels",
-                        detail=(
-                            f"SOPInstanceUID {record.sop_uid} is already stored as image "
-                            f"{image_id} with different pixels (stored sha256 {stored_sha[:12]}, "
-                            f"this file {record.pixel_sha256[:12]}); the stored image is kept"
-                        ),
-                        sop_uid=record.sop_uid,
-                        image_id=image_id,
-                    )
-                )
-                continue
-            notes = []
-            if image_id in embedded:
-                outcome = "already-present"
-            elif item.embedding is not None:
-                insert_embedding(conn, encoder_id, dim, image_id, item.embedding)
-                embedded.add(image_id)
-                outcome = "embedded"
-                notes.append(f"image was stored; embedding for {encoder_id} added")
-                changed_archive = True
-            else:
+        plan.image_of[position] = item.known_image_id
+        plan.notes[position] = ["file unchanged since it was stored (not decoded again)"]
+        return
+    record = item.record
+    if record is None:
+        raise ValueError(f"{item.path}: a batch item needs a record or a known_image_id")
+    if record.sop_uid in existing:
+        image_id, stored_sha = existing[record.sop_uid]
+        if stored_sha != record.pixel_sha256:
+            plan.outcomes[position] = _conflict(item, image_id, stored_sha)
+            return
+        if image_id not in embedded:
+            if item.embedding is None:
                 raise ValueError(
                     f"{item.path}: image {image_id} has no embedding for {encoder_id} and none "
                     "was supplied"
                 )
-            if replace_labels(conn, image_id, item.labels):
-                notes.append("labels updated")
-                changed_archive = True
-            remember_source(conn, item.stamp, image_id)
-            outcomes.append(
-                Outcome(
-                    item.path,
-                    outcome,
-                    detail="; ".join(notes) or None,
-                    sop_uid=record.sop_uid,
-                    image_id=image_id,
-                )
-            )
-            continue
+            plan.embed[position] = image_id
+            plan.notes[position] = [f"image was stored; embedding for {encoder_id} added"]
+            embedded.add(image_id)
+        plan.image_of[position] = image_id
+        return
+    if record.sop_uid in plan.new:  # a second copy within this batch
+        first_sha = plan.new_sha[record.sop_uid]
+        if first_sha != record.pixel_sha256:
+            plan.outcomes[position] = _conflict(item, None, first_sha)
+            return
+        plan.image_of[position] = -plan.new[record.sop_uid] - 1
+        return
+    if item.embedding is None:
+        raise ValueError(f"{item.path}: a new image needs its embedding in the same batch")
+    plan.new[record.sop_uid] = position
+    plan.new_sha[record.sop_uid] = record.pixel_sha256
+    plan.image_of[position] = -position - 1
 
-        if item.embedding is None:
-            raise ValueError(f"{item.path}: a new image needs its embedding in the same batch")
-        study_id = _study_id(conn, record, studies)
-        image_id = _insert_image(conn, record, study_id, run_id)
-        insert_embedding(conn, encoder_id, dim, image_id, item.embedding)
-        existing[record.sop_uid] = (image_id, record.pixel_sha256)
-        embedded.add(image_id)
-        labelled = replace_labels(conn, image_id, item.labels)
-        remember_source(conn, item.stamp, image_id)
-        changed_archive = True
-        outcomes.append(
-            Outcome(
-                item.path,
-                "ingested",
-                detail=f"labels for {len(item.labels)} findings" if labelled else None,
-                sop_uid=record.sop_uid,
-                image_id=image_id,
-            )
-        )
-    if changed_archive:
-        bump_revision(conn)
-    return outcomes
+
+def _insert_new_images(conn: Connection, items, plan: _Plan, run_id) -> dict[int, int]:  # noqa: ANN001
+    """Insert studies and images of the batch's new SOP UIDs; position -> new image id (also for
+    later copies of the same UID in the batch)."""
+    if not plan.new:
+        return _resolve_copies(plan, {})
+    records = {position: items[position].record for position in plan.new.values()}
+    study_ids = _study_ids(conn, list(records.values()))
+    now = utc_now()
+    rows = []
+    for record in records.values():
+        values = {name: getattr(record, name) for name in _IMAGE_FIELDS}
+        if values["source_path"] is not None:
+            values["source_path"] = storable_text(values["source_path"])
+        values.update(study_id=study_ids[record.study_uid], run_id=run_id, ingested_at=now)
+        rows.append(values)
+    inserted = conn.execute(
+        insert(Image).returning(Image.id, Image.sop_uid, sort_by_parameter_order=True), rows
+    ).all()
+    by_sop = {sop: int(image_id) for image_id, sop in inserted}
+    ids = {position: by_sop[record.sop_uid] for position, record in records.items()}
+    return _resolve_copies(plan, ids)
+
+
+def _resolve_copies(plan: _Plan, ids: dict[int, int]) -> dict[int, int]:
+    for position, image_id in list(plan.image_of.items()):
+        if image_id < 0:
+            plan.image_of[position] = ids[-image_id - 1]
+    return ids
+
+
+def _study_ids(conn: Connection, records: list[ImageRecord]) -> dict[str, int]:
+    wanted: dict[str, ImageRecord] = {}
+    for record in records:
+        wanted.setdefault(record.study_uid, record)
+    found: dict[str, int] = {}
+    for part in chunks(sorted(wanted)):
+        rows = conn.execute(select(Study.study_uid, Study.id).where(Study.study_uid.in_(part)))
+        found.update({uid: int(i) for uid, i in rows})
+    missing = [
+        {"study_uid": uid, "patient_id": r.patient_id, "study_date": r.study_date}
+        for uid, r in wanted.items()
+        if uid not in found
+    ]
+    if missing:
+        inserted = conn.execute(
+            insert(Study).returning(Study.id, Study.study_uid, sort_by_parameter_order=True),
+            missing,
+        ).all()
+        found.update({uid: int(i) for i, uid in inserted})
+    return found

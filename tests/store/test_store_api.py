@@ -192,3 +192,17 @@ def test_integrity_check_finds_an_image_without_embedding(store):
     with store._write() as conn:
         conn.exec_driver_sql(f"DELETE FROM embeddings WHERE image_id = {out.image_id}")
     assert store.integrity_check() == ["1 images have no embedding"]
+
+
+def test_copies_within_one_batch(store):
+    items = [
+        BatchItem("/a/1.dcm", image_record(1), unit_vector(1, 8), {"Edema": 1}),
+        BatchItem("/b/1.dcm", image_record(1), None),  # same image again: no second embedding
+        BatchItem("/c/1.dcm", image_record(1, pixels="other"), unit_vector(3, 8)),
+    ]
+    outcomes = store.write_batch("fake:a", items)
+    assert [o.outcome for o in outcomes] == ["ingested", "already-present", "conflict"]
+    assert outcomes[1].image_id == outcomes[0].image_id
+    assert "an earlier file of this batch" in outcomes[2].detail
+    assert store.count_images() == 1 and store.count_embeddings("fake:a") == 1
+    assert store.integrity_check() == []
