@@ -14,9 +14,9 @@ key vectors a maximum-inner-product index stores):
     ∇κ(η) − ∇κ(0) in one orthonormal basis. For any Bregman divergence the symmetrised version is
     d_sym(q, k) = ½ (η_q − η_k)ᵀ(∇κ(η_q) − ∇κ(η_k)) = ½ (e_q − e_k)ᵀ(h_q − h_k), so with the query
     vector [½h_q, ½e_q, 1] and the offset −½ e_qᵀh_q the score is exactly −d_sym(q, k).
-    When the gradient is f·η plus a part in a narrow basis (a GMM whose covariances share the
-    floor f·I), the features are [√f·η, e, h, −½ f‖η‖² − ½ eᵀh] and the query vector
-    [√f·η_q, ½h_q, ½e_q, 1]: d + 2p + 1 numbers instead of 2d + 1.
+    When the gradient is s·η plus a part in a narrow basis (a GMM whose covariances share the
+    floor s·I), the features are [√s·η, e, h, −½ s‖η‖² − ½ eᵀh] and the query vector
+    [√s·η_q, ½h_q, ½e_q, 1]: d + 2p + 1 numbers instead of 2d + 1.
 
 Shifting κ by a linear function (κ(η) − cᵀη) leaves every Bregman divergence unchanged; we use it
 to centre gradients (smaller numbers, better float32 scores) and, for the softmax, to work in the
@@ -167,13 +167,13 @@ class BregmanGeometry(AnchorGeometry):
     """d(λ1 ‖ λ2) = B_κ(η2 ‖ η1) for a CGF κ of an anchor model, η = inv_t · λ.
 
     Subclasses return, per chunk, the shifted CGF κ̃ and coordinates e = Qᵀη, h in an orthonormal
-    basis Q such that ∇κ(η) − ∇κ(0) = ``isotropic``·η + Q h. With ``isotropic`` = 0 the features
-    are [e, h, −½ eᵀh]; with an isotropic part f > 0 (a GMM whose covariances share the floor
-    f·I) they are [√f·η, e, h, −½ f‖η‖² − ½ eᵀh], which is shorter than 2d + 1 when Q is narrow.
+    basis Q such that ∇κ(η) − ∇κ(0) = s·η + Q h with s = ``isotropic``. With s = 0 the features
+    are [e, h, −½ eᵀh]; with s > 0 (a GMM whose covariances share the floor s·I) they are
+    [√s·η, e, h, −½ s‖η‖² − ½ eᵀh], which is shorter than 2d + 1 when Q is narrow.
     """
 
     layout = "bregman"
-    #: f ≥ 0: the part f·η of every shifted gradient that lies outside the basis Q
+    #: s ≥ 0: the part s·η of every shifted gradient that lies outside the basis Q
     isotropic: float = 0.0
 
     #: (d, p) orthonormal basis Q that e and h are coordinates in (set by subclasses)
