@@ -271,8 +271,9 @@ def vessel_atlas(size: int) -> np.ndarray:
 
 
 def atlas_size(size: int) -> int:
-    """Resolution of the texture atlases for an image size (capped: they are only textures)."""
-    return min(size, 512)
+    """Resolution of the vessel atlas used for a drawing resolution: one shared 256-pixel atlas
+    up to 256 pixels (built once per process), 512 above."""
+    return 256 if size <= 256 else 512
 
 
 def atlas_index(frame: Frame, size: int) -> np.ndarray:
