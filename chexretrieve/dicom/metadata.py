@@ -130,6 +130,9 @@ def optional_text(ds: Dataset, keyword: str, notes: list[str]) -> str | None:
     elem = get_element(ds, keyword, required=False, notes=notes)
     if elem is None:
         return None
+    if elem.VR == "SQ":  # its text would be a dump of the nested datasets
+        notes.append(f"{keyword} has VR SQ where text is expected; ignored")
+        return None
     text = element_text(elem.value)
     if text is None:
         return None
