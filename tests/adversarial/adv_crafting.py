@@ -194,3 +194,72 @@ def honest_deflate(folder: Path, name: str, seed: int = 5, size: int = 64) -> Pa
 
 NATIVE = ExplicitVRLittleEndian
 RLE = RLELossless
+
+
+# ------------------------------------------------------------------------------ structure
+
+
+def nested_sequences(depth: int, *, implicit: bool) -> bytes:
+    """``depth`` nested (0040,A730) Content Sequences with undefined lengths, as element bytes."""
+    if implicit:
+        head = struct.pack("<HHI", 0x0040, 0xA730, 0xFFFFFFFF)
+    else:
+        head = struct.pack("<HH2sHI", 0x0040, 0xA730, b"SQ", 0, 0xFFFFFFFF)
+    item = struct.pack("<HHI", 0xFFFE, 0xE000, 0xFFFFFFFF)
+    closing = struct.pack("<HHI", 0xFFFE, 0xE00D, 0) + struct.pack("<HHI", 0xFFFE, 0xE0DD, 0)
+    return (head + item) * depth + closing * depth
+
+
+def insert_before_pixels(data: bytes, extra: bytes) -> bytes:
+    position = data.rfind(struct.pack("<HH", 0x7FE0, 0x0010))
+    assert position > 0, "no Pixel Data tag found"
+    return data[:position] + extra + data[position:]
+
+
+def deeply_nested(folder: Path, name: str, depth: int, syntax: str = "explicit") -> Path:
+    """A valid small radiograph with ``depth`` nested sequences before its pixels."""
+    if syntax == "implicit":
+        ds = pydicom.dcmread(write_small_radiograph(folder / f".{name}.src", 7))
+        ds.file_meta.TransferSyntaxUID = "1.2.840.10008.1.2"
+        source = folder / f".{name}.implicit"
+        ds.save_as(source, implicit_vr=True, little_endian=True)
+    elif syntax == "deflate":
+        source = write_small_radiograph(folder / f".{name}.src", 7, syntax="deflate")
+        ds = pydicom.dcmread(source)
+        buffer = DicomBytesIO()
+        buffer.is_little_endian, buffer.is_implicit_VR = True, False
+        write_dataset(buffer, ds)
+        body = insert_before_pixels(buffer.getvalue(), nested_sequences(depth, implicit=False))
+        compressor = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
+        meta = DicomBytesIO()
+        meta.is_little_endian, meta.is_implicit_VR = True, False
+        write_file_meta_info(meta, ds.file_meta, enforce_standard=True)
+        path = folder / name
+        path.write_bytes(b"\0" * 128 + b"DICM" + meta.getvalue()
+                         + compressor.compress(body) + compressor.flush())  # fmt: skip
+        source.unlink()
+        return path
+    else:
+        source = write_small_radiograph(folder / f".{name}.src", 7)
+    data = source.read_bytes()
+    source.unlink()
+    (folder / f".{name}.src").unlink(missing_ok=True)
+    path = folder / name
+    path.write_bytes(
+        insert_before_pixels(data, nested_sequences(depth, implicit=syntax == "implicit"))
+    )
+    return path
+
+
+def element_bytes(group: int, element: int, vr: bytes, value: bytes) -> bytes:
+    """One explicit VR little endian element (any two bytes as VR; long form for long VRs)."""
+    return _element_header(group, element, vr, len(value)) + value
+
+
+def with_vr(data: bytes, group: int, element: int, old_vr: bytes, new_vr: bytes) -> bytes:
+    """``data`` with the VR bytes of the one (group, element) header written as ``old_vr``
+    replaced by ``new_vr`` (the length field stays as it is)."""
+    needle = struct.pack("<HH2s", group, element, old_vr)
+    assert data.count(needle) == 1, f"({group:04X},{element:04X}) {old_vr!r} is not unique"
+    position = data.find(needle)
+    return data[: position + 4] + new_vr + data[position + 6 :]

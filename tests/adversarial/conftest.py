@@ -148,3 +148,29 @@ def pytest_terminal_summary(terminalreporter) -> None:  # noqa: ANN001
             for name, cat in _RESULTS.items()
         }
         Path(target).write_text(json.dumps(data, indent=2, default=str))
+
+
+@pytest.fixture(scope="session")
+def phantom_dicoms(tmp_path_factory) -> list[Path]:
+    """Four 128 x 128 phantom radiographs, one per transfer syntax the project writes."""
+    from chexretrieve.dicom.write import write_radiograph
+    from chexretrieve.phantom.archive import dicom_choices, dicom_metadata, to_uint12
+    from chexretrieve.phantom.config import PhantomConfig
+    from chexretrieve.phantom.generator import generate_case
+
+    folder = tmp_path_factory.mktemp("phantoms")
+    config = PhantomConfig(size=128)
+    paths = []
+    for index, syntax in enumerate(("explicit", "deflate", "rle", "jpeg2000")):
+        case = generate_case(11, index, config)
+        choices = dicom_choices(11, index)
+        paths.append(
+            write_radiograph(
+                folder / f"phantom_{syntax}.dcm",
+                to_uint12(case.image),
+                dicom_metadata(case, choices, config.size),
+                transfer_syntax=syntax,
+                photometric=choices["photometric"],
+            )
+        )
+    return paths
