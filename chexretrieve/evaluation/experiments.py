@@ -37,7 +37,7 @@ from chexretrieve.evaluation.protocol import (
     category_task,
     finding_task,
 )
-from chexretrieve.evaluation.scoring import task_average_precision
+from chexretrieve.evaluation.scoring import fit_and_score, task_average_precision
 
 AVERAGE = "Average"
 
@@ -153,6 +153,7 @@ def anchor_curve(
     results: dict[tuple[str, int], dict[str, list[np.ndarray]]] = defaultdict(
         lambda: defaultdict(list)
     )
+    failed: dict[tuple[str, int, str], str] = {}  # (geometry, n, finding) -> why it failed
     pool_sizes = {f: min(len(v.anchors.pooled(f)) for v in views) for f in tasks}
     plan = [(f, n) for f in tasks for n in counts if n <= pool_sizes[f]]
     with progress_bar(show_progress) as progress:
@@ -167,24 +168,35 @@ def anchor_curve(
                     for r in range(repeats):
                         anchors = pool[_draw(len(pool), n, seed, f_i, r)]
                         for spec in specs:
+                            if (spec.name, n, finding) in failed:
+                                continue
                             if not spec.needs_anchors and cosine_ap is not None:
                                 ap = cosine_ap
                             else:
-                                geom = fit_spec(
-                                    spec, anchors, inv_t, prior=view.anchors.broad, fitter=fitter
-                                )
-                                (ap,) = task_average_precision(
-                                    geom,
+                                result = fit_and_score(
+                                    spec,
+                                    anchors,
+                                    inv_t,
                                     view.embeddings,
                                     [task],
+                                    prior=view.anchors.broad,
+                                    fitter=fitter,
                                     max_block_elements=max_block_elements,
                                 )
+                                if isinstance(result, str):
+                                    failed[(spec.name, n, finding)] = result
+                                    continue
+                                (ap,) = result
                                 if not spec.needs_anchors:
                                     cosine_ap = ap
                             results[(spec.name, n)][finding].append(ap)
                         progress.advance(bar)
+    for geometry, n, finding in failed:  # partial cells of a failed point are dropped
+        results.get((geometry, n), {}).pop(finding, None)
     rows = []
     for i, ((geometry, n), by_finding) in enumerate(sorted(results.items())):
+        if not by_finding:
+            continue
         matrices = {f: np.vstack(aps) for f, aps in by_finding.items()}
         for j, (finding, matrix) in enumerate(matrices.items()):
             interval = bootstrap_mean(matrix, intervals, seed_offset=10_000 + 100 * i + j)
@@ -194,7 +206,11 @@ def anchor_curve(
                 list(matrices.values()), intervals, seed_offset=20_000 + i
             )
             rows.append(_row(interval, finding=AVERAGE, geometry=geometry, n_anchors=n))
-    return pd.DataFrame(rows)
+    frame = pd.DataFrame(rows)
+    frame.attrs["skipped"] = [
+        f"{description}: {g} with {n} anchors on {f}: {why}" for (g, n, f), why in failed.items()
+    ]
+    return frame
 
 
 def budget_experiment(

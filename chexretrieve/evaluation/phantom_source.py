@@ -84,7 +84,7 @@ def phantom_source(
     archive = LabelledArchive(
         table["image_id"].astype(str).to_numpy(), table["split"].astype(str).to_numpy(), labels
     )
-    bank = embed_anchor_bank(encoder, texts, cache)
+    bank = embed_anchor_bank(encoder, texts, cache, show_progress)
     view = EncodedView(encoder.encoder_id, float(encoder.inv_temperature), embeddings, bank)
     return archive, [view]
 

@@ -94,6 +94,9 @@ def _tables_and_curves(
             report.posterior = posterior_experiment(
                 archive, views, plan.posterior, protocol, intervals, findings, **common
             )
+    for frame in (report.budget, report.posterior):
+        if frame is not None:
+            report.notes += frame.attrs.get("skipped", [])
     return report
 
 

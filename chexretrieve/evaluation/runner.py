@@ -13,11 +13,11 @@ import numpy as np
 import pandas as pd
 
 from chexretrieve.evaluation.config import RetrievalEvalConfig
-from chexretrieve.evaluation.geometries import Fitter, GeometrySpec, fit_spec, parse_geometry
+from chexretrieve.evaluation.geometries import Fitter, GeometrySpec, parse_geometry
 from chexretrieve.evaluation.inputs import EncodedView
 from chexretrieve.evaluation.progress import progress_bar
 from chexretrieve.evaluation.protocol import LabelledArchive, finding_task, task_summary
-from chexretrieve.evaluation.scoring import task_average_precision
+from chexretrieve.evaluation.scoring import fit_and_score
 
 
 @dataclass
@@ -72,6 +72,7 @@ def run_retrieval(
 
     image_ids = np.asarray(archive.image_ids).astype(str)
     frames: list[pd.DataFrame] = []
+    failed: dict[tuple[str, str], str] = {}  # (finding, geometry) -> why the geometry failed
     units = sum(len(_variants(v, f, config)) * len(specs) for v in views for f in tasks)
     with progress_bar(show_progress) as progress:
         bar = progress.add_task("retrieval: geometry x variant x checkpoint", total=units)
@@ -83,22 +84,29 @@ def run_retrieval(
                 anchor_free: dict[str, np.ndarray] = {}
                 for variant in variants:
                     for spec in specs:
+                        if (finding, spec.name) in failed:
+                            progress.advance(bar)
+                            continue
                         if not spec.needs_anchors and spec.name in anchor_free:
                             ap = anchor_free[spec.name]
                         else:
-                            geom = fit_spec(
+                            result = fit_and_score(
                                 spec,
                                 variant.embeddings,
                                 inv_t,
-                                prior=view.anchors.broad,
-                                fitter=fitter,
-                            )
-                            (ap,) = task_average_precision(
-                                geom,
                                 view.embeddings,
                                 [task],
+                                prior=view.anchors.broad,
+                                fitter=fitter,
                                 max_block_elements=config.max_block_elements,
                             )
+                            if isinstance(result, str):
+                                failed[(finding, spec.name)] = (
+                                    f"{result} (variant {variant.name}, {view.encoder_id})"
+                                )
+                                progress.advance(bar)
+                                continue
+                            (ap,) = result
                             if not spec.needs_anchors:
                                 anchor_free[spec.name] = ap
                         frames.append(
@@ -119,6 +127,10 @@ def run_retrieval(
         if frames
         else pd.DataFrame(columns=["finding", "checkpoint", "variant", "geometry", "query", "ap"])
     )
+    if failed:  # a geometry that failed on any cell of a finding is dropped for that finding
+        drop = per_query[["finding", "geometry"]].apply(tuple, axis=1).isin(set(failed))
+        per_query = per_query[~drop].reset_index(drop=True)
+        skipped += [(f"{g} on {f}", why) for (f, g), why in failed.items()]
     return RetrievalRun(
         per_query=per_query,
         tasks=pd.DataFrame(task_rows),

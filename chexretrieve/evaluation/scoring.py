@@ -84,3 +84,28 @@ def _exclude_self(
         scores[r, c] = -np.inf
         relevance[r, c] = False
     return scores, relevance
+
+
+def fit_and_score(
+    spec,
+    anchors: np.ndarray,
+    inv_temperature: float,
+    embeddings: np.ndarray,
+    tasks: Sequence[RetrievalTask],
+    *,
+    prior: np.ndarray | None = None,
+    fitter=None,
+    max_block_elements: int = 4_000_000,
+    **extra: Any,
+) -> list[np.ndarray] | str:
+    """Per-query AP of every task under ``spec`` fitted to ``anchors``, or, when the geometry
+    rejects this anchor set (a ValueError such as a degenerate latent subspace), its message."""
+    from chexretrieve.evaluation.geometries import fit_spec
+
+    try:
+        geom = fit_spec(spec, anchors, inv_temperature, prior=prior, fitter=fitter, **extra)
+        return task_average_precision(
+            geom, embeddings, tasks, max_block_elements=max_block_elements
+        )
+    except ValueError as error:
+        return f"{type(error).__name__}: {error}"

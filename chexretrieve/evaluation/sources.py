@@ -26,6 +26,9 @@ from chexretrieve.evaluation.progress import progress_bar
 from chexretrieve.evaluation.protocol import LabelledArchive
 from chexretrieve.findings import FINDINGS
 
+#: sentences per text-encoder call (one progress step)
+_TEXT_CHUNK = 256
+
 #: CheXpert columns kept beside the findings (nuisance coordinates, frontal filter)
 CHEXPERT_EXTRA_COLUMNS = ("Frontal/Lateral", "AP/PA", "Sex", "Age")
 
@@ -104,17 +107,28 @@ class EmbeddingCache:
         tmp.replace(self.folder / f"{key}.npy")
 
 
-def embed_texts_cached(encoder, texts: Sequence[str], cache: EmbeddingCache) -> np.ndarray:
+def embed_texts_cached(
+    encoder, texts: Sequence[str], cache: EmbeddingCache, show_progress: bool = False
+) -> np.ndarray:
     key = EmbeddingCache.key(encoder.encoder_id, "text", texts)
     cached = cache.get(key)
     if cached is not None and cached.shape[0] == len(texts):
         return cached
-    matrix = np.asarray(encoder.embed_texts(list(texts)), dtype=np.float32)
+    parts = []
+    with progress_bar(show_progress) as progress:
+        bar = progress.add_task(f"embedding anchors ({encoder.encoder_id})", total=len(texts))
+        for start in range(0, len(texts), _TEXT_CHUNK):
+            chunk = list(texts[start : start + _TEXT_CHUNK])
+            parts.append(np.asarray(encoder.embed_texts(chunk), dtype=np.float32))
+            progress.advance(bar, len(chunk))
+    matrix = np.concatenate(parts) if parts else np.zeros((0, 0), np.float32)
     cache.put(key, matrix)
     return matrix
 
 
-def embed_anchor_bank(encoder, texts: AnchorTexts, cache: EmbeddingCache) -> AnchorBank:
+def embed_anchor_bank(
+    encoder, texts: AnchorTexts, cache: EmbeddingCache, show_progress: bool = False
+) -> AnchorBank:
     """Embed every anchor sentence once (all sets in one call, then split)."""
     pieces: list[tuple[str, ...]] = []
     for variants in texts.findings.values():
@@ -122,7 +136,9 @@ def embed_anchor_bank(encoder, texts: AnchorTexts, cache: EmbeddingCache) -> Anc
     pieces += list(texts.nuisance.values())
     pieces.append(texts.broad)
     flat = [t for piece in pieces for t in piece]
-    matrix = embed_texts_cached(encoder, flat, cache) if flat else np.zeros((0, 0), np.float32)
+    if not flat:
+        raise ValueError("no anchor sentences to embed; check the anchors folder")
+    matrix = embed_texts_cached(encoder, flat, cache, show_progress)
     offsets = np.cumsum([0] + [len(p) for p in pieces])
     chunks = iter([matrix[a:b] for a, b in zip(offsets[:-1], offsets[1:], strict=True)])
     findings = {
@@ -255,7 +271,7 @@ def chexpert_source(
         embeddings = embed_image_files(
             encoder, paths, cache, batch_size=batch_size, show_progress=show_progress
         )
-        bank = embed_anchor_bank(encoder, texts, cache)
+        bank = embed_anchor_bank(encoder, texts, cache, show_progress)
         views.append(
             EncodedView(encoder.encoder_id, float(encoder.inv_temperature), embeddings, bank)
         )

@@ -46,6 +46,11 @@ def _findings(run: RetrievalRun) -> list[str]:
     return list(dict.fromkeys(run.per_query["finding"]))
 
 
+def _has(run: RetrievalRun, finding: str, geometry: str) -> bool:
+    pq = run.per_query
+    return bool(((pq["finding"] == finding) & (pq["geometry"] == geometry)).any())
+
+
 def _stat_row(finding: str, interval, **extra) -> dict:
     return {
         "finding": finding,
@@ -79,12 +84,17 @@ def auprc_table(run: RetrievalRun, config: IntervalConfig) -> pd.DataFrame:
     rows = []
     for g_i, spec in enumerate(run.geometries):
         matrices = {}
-        for f_i, finding in enumerate(_findings(run)):
+        findings = _findings(run)
+        for f_i, finding in enumerate(findings):
+            if not _has(run, finding, spec.name):
+                continue
             m = ap_matrix(run.per_query, finding, spec.name)
             matrices[finding] = m
             interval = bootstrap_mean(m.to_numpy(), config, seed_offset=1000 * g_i + f_i)
             rows.append(_stat_row(finding, interval, geometry=spec.name))
-        avg = _with_average(matrices, config, seed_offset=1000 * g_i + 999)
+        # the average only over the full set of findings (a partial average would not compare)
+        full = len(matrices) == len(findings)
+        avg = _with_average(matrices, config, seed_offset=1000 * g_i + 999) if full else None
         if avg is not None:
             rows.append(_stat_row(AVERAGE, avg, geometry=spec.name))
     return pd.DataFrame(rows)
@@ -102,7 +112,10 @@ def difference_table(
         if geometry not in available or reference not in available:
             continue
         matrices = {}
-        for f_i, finding in enumerate(_findings(run)):
+        findings = _findings(run)
+        for f_i, finding in enumerate(findings):
+            if not (_has(run, finding, geometry) and _has(run, finding, reference)):
+                continue
             a = ap_matrix(run.per_query, finding, geometry)
             b = ap_matrix(run.per_query, finding, reference)
             if not a.index.equals(b.index) or not a.columns.equals(b.columns):
@@ -114,7 +127,8 @@ def difference_table(
             matrices[finding] = diff
             interval = bootstrap_mean(diff.to_numpy(), config, seed_offset=7919 * (p_i + 1) + f_i)
             rows.append(_stat_row(finding, interval, geometry=geometry, reference=reference))
-        avg = _with_average(matrices, config, seed_offset=7919 * (p_i + 1) + 999)
+        full = len(matrices) == len(findings)
+        avg = _with_average(matrices, config, seed_offset=7919 * (p_i + 1) + 999) if full else None
         if avg is not None:
             rows.append(_stat_row(AVERAGE, avg, geometry=geometry, reference=reference))
     return pd.DataFrame(rows)

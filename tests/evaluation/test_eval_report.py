@@ -168,3 +168,26 @@ def test_report_folder(tmp_path):
     assert manifest["settings"]["retrieval"]["intervals"]["n_bootstrap"] == 100
     per_query = pd.read_csv(tmp_path / "out" / "per_query_ap.csv.gz")
     assert len(per_query) == len(run.per_query)
+
+
+def test_curve_points_a_geometry_rejects_are_dropped_with_a_note():
+    archive, view = toy_world()
+
+    def picky(kind, anchors, inv_temperature=100.0, prior=None, **options):
+        if kind == "gaussian" and len(anchors) < 4:
+            raise ValueError("too few anchors for a covariance")
+        return projection_fitter(kind, anchors, inv_temperature, prior, **options)
+
+    frame = budget_experiment(
+        archive,
+        [view],
+        BudgetConfig(anchor_counts=(2, 4), repeats=2, geometries=("softmax", "gaussian")),
+        PROTOCOL,
+        FAST,
+        ("Pleural Effusion",),
+        fitter=picky,
+        show_progress=False,
+    )
+    gaussian = frame[frame["geometry"] == "gaussian"]
+    assert sorted(set(gaussian["n_anchors"])) == [4]
+    assert any("too few anchors" in note for note in frame.attrs["skipped"])

@@ -96,3 +96,19 @@ def test_no_views_is_an_error():
     archive, _ = toy_world()
     with pytest.raises(ValueError, match="at least one checkpoint"):
         run_retrieval(archive, [], _config(), fitter=projection_fitter, show_progress=False)
+
+
+def test_a_geometry_that_rejects_the_anchors_is_dropped_and_reported():
+    archive, view = toy_world()
+
+    def picky(kind, anchors, inv_temperature=100.0, prior=None, **options):
+        if kind == "gaussian":
+            raise ValueError("degenerate anchor covariance")
+        return projection_fitter(kind, anchors, inv_temperature, prior, **options)
+
+    run = run_retrieval(archive, [view], _config(), fitter=picky, show_progress=False)
+    assert "gaussian" not in set(run.per_query["geometry"])
+    reasons = dict(run.skipped)
+    assert "degenerate anchor covariance" in reasons["gaussian on Pleural Effusion"]
+    diffs = difference_table(run, table3_pairs(run), FAST)  # the others still tabulate
+    assert "softmax" in set(diffs["geometry"]) and "gaussian" not in set(diffs["geometry"])
