@@ -175,3 +175,41 @@ def test_phantom_source_with_a_stand_in_encoder(tmp_path, monkeypatch):
     assert set(archive.splits) <= {"train", "valid"}
     again, _ = phantom_source(config, texts, show_progress=False)  # from the cache
     np.testing.assert_array_equal(again.image_ids, archive.image_ids)
+
+
+def test_store_source_reads_labels_splits_and_embeddings(tmp_path, monkeypatch):
+    import chexretrieve.encoders as encoders
+    from chexretrieve.evaluation.sources import AnchorTexts, store_source
+    from chexretrieve.store import ImageRecord, open_store
+
+    archive, view = toy_world(n_train=12, n_valid=4, dim=8)
+    url = f"sqlite:///{tmp_path / 'store.sqlite'}"
+    store = open_store(url)
+    store.register_encoder("toy:0", 8, 100.0)
+    for i in range(len(archive)):
+        record = ImageRecord(
+            sop_uid=f"1.2.3.{i}",
+            study_uid=f"1.2.4.{i}",
+            pixel_sha256=f"{i:064x}",
+            view_position=str(archive.labels["projection"][i]),
+            split=str(archive.splits[i]),
+        )
+        labels = {"Pleural Effusion": archive.labels["Pleural Effusion"][i]}
+        store.add_image_with_embedding(record, view.embeddings[i], "toy:0", labels=labels)
+    store.close()
+
+    class Toy:
+        encoder_id, inv_temperature = "toy:0", 100.0
+
+        def embed_texts(self, texts):
+            return np.tile(view.embeddings[:1], (len(texts), 1))
+
+    monkeypatch.setattr(encoders, "load_encoder", lambda spec, config=None: Toy())
+    texts = AnchorTexts({"Pleural Effusion": (("a", ("effusion", "no effusion")),)})
+    got, (got_view,) = store_source(url, ["toy"], texts)
+    assert len(got) == 16 and list(got.splits) == list(archive.splits)
+    np.testing.assert_allclose(got_view.embeddings, view.embeddings, atol=1e-7)
+    np.testing.assert_array_equal(
+        got.labels["Pleural Effusion"].to_numpy(), archive.labels["Pleural Effusion"].to_numpy()
+    )
+    assert list(got.labels["view_position"]) == list(archive.labels["projection"])
