@@ -28,7 +28,7 @@ class IngestConfig:
     start_method: str = "forkserver"
     # any rejected or conflicting file makes the command exit non-zero (the run still completes)
     strict: bool = False
-    # descend into symbolic links to folders while walking
+    # follow symbolic links while walking: into folders, and to files outside the walked folder
     follow_symlinks: bool = False
     # file name endings walked in folders (case-insensitive); files without any ending also count
     extensions: tuple[str, ...] = (".dcm", ".dicom", ".dic", ".png", ".jpg", ".jpeg")

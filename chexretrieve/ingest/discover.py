@@ -27,9 +27,10 @@ def discover_files(paths: list[str | os.PathLike[str]], config: IngestConfig) ->
     """Every candidate file under ``paths``; a file named directly is taken whatever its ending.
 
     Folders are walked recursively in sorted order; entries whose name starts with '.' are skipped,
-    as are files whose ending is not in ``config.extensions``. Files with no ending, or a numeric
-    one (UID-named files such as ``1.2.840.113619.2.55.3.1``), are taken: DICOM files often look
-    like that. Each file appears once even if two arguments overlap.
+    as are files whose ending is not in ``config.extensions`` and, unless
+    ``config.follow_symlinks``, symbolic links to files outside the folder. Files with no ending,
+    or a numeric one (UID-named files such as ``1.2.840.113619.2.55.3.1``), are taken: DICOM
+    files often look like that. Each file appears once even if two arguments overlap.
     ValueError names a path that does not exist.
     """
     if not paths:
@@ -53,13 +54,20 @@ def discover_files(paths: list[str | os.PathLike[str]], config: IngestConfig) ->
             for name in sorted(filenames):
                 path = Path(folder) / name
                 wanted = not name.startswith(".") and _has_wanted_ending(name, endings)
-                if not wanted or not path.is_file():
+                if not wanted or not path.is_file() or _leaves(path, given, config):
                     skipped += 1
                     continue
                 if path not in seen:
                     seen.add(path)
                     candidates.append(Candidate(path, given))
     return Discovery(candidates, skipped)
+
+
+def _leaves(path: Path, root: Path, config: IngestConfig) -> bool:
+    """A symbolic link whose target lies outside the walked folder (unless links are followed)."""
+    if config.follow_symlinks or not path.is_symlink():
+        return False
+    return not path.resolve().is_relative_to(root.resolve())
 
 
 def _has_wanted_ending(name: str, endings: tuple[str, ...]) -> bool:
