@@ -145,7 +145,8 @@ def anchor_curve(
     """Mean AUPRC per geometry and anchor count, per finding and averaged over findings.
 
     For each count n and repeat r, n anchors are drawn without replacement from the finding's pooled
-    variants (the same draw for every checkpoint and geometry). Counts above the pool are skipped.
+    variants (the same draw for every checkpoint and geometry). A count above the pool becomes the
+    whole pool (all anchors of the finding).
     """
     tasks = {f: finding_task(archive, f, protocol) for f in findings}
     tasks = {f: t for f, t in tasks.items() if _usable(t)}
@@ -155,7 +156,8 @@ def anchor_curve(
     )
     failed: dict[tuple[str, int, str], str] = {}  # (geometry, n, finding) -> why it failed
     pool_sizes = {f: min(len(v.anchors.pooled(f)) for v in views) for f in tasks}
-    plan = [(f, n) for f in tasks for n in counts if n <= pool_sizes[f]]
+    # a count above a finding's pool means "all its anchors" (the full-coverage end of the curve)
+    plan = [(f, n) for f in tasks for n in sorted({min(c, pool_sizes[f]) for c in counts})]
     with progress_bar(show_progress) as progress:
         bar = progress.add_task(description, total=len(plan) * repeats * len(views))
         for view in views:

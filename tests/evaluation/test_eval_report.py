@@ -88,8 +88,8 @@ def test_budget_and_posterior_curves():
         fitter=projection_fitter,
         show_progress=False,
     )
-    # 32 exceeds the pooled 18 anchors: skipped, not padded
-    assert sorted(set(budget["n_anchors"])) == [2, 4]
+    # 32 exceeds the pooled 18 anchors: the curve ends at all 18
+    assert sorted(set(budget["n_anchors"])) == [2, 4, 18]
     assert {"cosine", "softmax", "gaussian"} == set(budget["geometry"])
     assert set(budget["finding"]) == {*findings, "Average"}
     posterior = posterior_experiment(
