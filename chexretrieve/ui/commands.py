@@ -1,0 +1,67 @@
+"""`chexretrieve serve`: the case-lookup UI over one archive (Gradio is imported on use)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import typer
+
+from chexretrieve.ui.config import PASSWORD_ENV
+
+
+def serve_command(
+    db: str | None = typer.Option(
+        None, "--db", help="Store URL (default: $CHEXRETRIEVE_DB or ./chexretrieve.sqlite)."
+    ),
+    encoder: str = typer.Option("phantom", "--encoder", help="Encoder spec of the archive."),
+    host: str = typer.Option(
+        "127.0.0.1", "--host", help="Address to bind; anything but loopback needs --login."
+    ),
+    port: int = typer.Option(7860, "--port", help="Port to listen on."),
+    login: str | None = typer.Option(
+        None, "--login", help=f"Require this user name; the password is read from ${PASSWORD_ENV}."
+    ),
+    max_upload_mb: int = typer.Option(50, "--max-upload-mb", help="Largest upload in MiB."),
+    features: Path | None = typer.Option(
+        None, "--feature-cache", help="Folder for persisted gallery features."
+    ),
+    reports: Path = typer.Option(
+        Path("eval/reports"), "--reports", help="Folder of evaluation reports (newest shown)."
+    ),
+    anchors: Path | None = typer.Option(
+        None, "--anchors", help="Anchor-set folder (default: $CHEXRETRIEVE_ANCHORS or anchors/)."
+    ),
+) -> None:
+    """Serve the case-lookup UI: search by case or upload, explanations, curation, evaluation."""
+    from rich.console import Console
+    from rich.markup import escape
+
+    from chexretrieve.ui.config import UIConfig
+
+    console = Console(stderr=True)
+    try:
+        auth = None
+        if login is not None:
+            password = os.environ.get(PASSWORD_ENV, "")
+            if not password:
+                raise ValueError(f"--login {login} needs the password in ${PASSWORD_ENV}")
+            auth = (login, password)
+        config = UIConfig(
+            db_url=db,
+            encoder=encoder,
+            host=host,
+            port=port,
+            auth=auth,
+            max_upload_mb=max_upload_mb,
+            feature_cache_dir=features,
+            reports_dir=reports,
+            anchors_dir=anchors,
+        )
+        from chexretrieve.ui import serve_app
+
+        console.print(f"case lookup on http://{host}:{port} (Ctrl+C stops it)")
+        serve_app(config)
+    except ValueError as exc:
+        console.print(f"[red]error:[/red] {escape(str(exc))}")
+        raise typer.Exit(2) from None

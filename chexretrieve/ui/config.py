@@ -1,0 +1,73 @@
+"""Settings of the case-lookup UI (`chexretrieve serve`, `make demo`).
+
+Safe by default: loopback only, no public share link ever, an upload size cap, and a login is
+required before the app may listen on any other address.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from pathlib import Path
+
+#: environment variable the CLI reads the login password from (never a command-line option)
+PASSWORD_ENV = "CHEXRETRIEVE_UI_PASSWORD"
+
+
+def is_loopback(host: str) -> bool:
+    """True for 127.0.0.0/8, ::1 and 'localhost'."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip()).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class UIConfig:
+    # SQLAlchemy URL of the store to search; None = $CHEXRETRIEVE_DB, else ./chexretrieve.sqlite
+    db_url: str | None = None
+    # encoder spec the archive was ingested with (phantom, chexzero:FILE, hf-clip:DIR)
+    encoder: str = "phantom"
+    # address to bind; anything but loopback needs `auth`
+    host: str = "127.0.0.1"
+    # port to listen on
+    port: int = 7860
+    # folder for persisted gallery features; None = the search service's default cache folder
+    feature_cache_dir: Path | None = None
+    # (user, password) required to open the app; None = no login (loopback only)
+    auth: tuple[str, str] | None = None
+    # largest accepted upload in MiB (DICOM / PNG / JPEG query images)
+    max_upload_mb: int = 50
+    # anchor-set folder searched and curated; None = $CHEXRETRIEVE_ANCHORS, else the repo's anchors/
+    anchors_dir: Path | None = None
+    # folder whose newest report (a sub-folder with report.md) the Evaluation tab shows
+    reports_dir: Path = Path("eval/reports")
+    # results shown per ranking (cosine and the anchor geometry each)
+    top_k: int = 12
+    # archived cases offered in the case picker list (any id can still be typed in)
+    case_list_limit: int = 500
+    # longest side in pixels of result thumbnails (the query is shown at up to 3x this)
+    thumbnail_px: int = 256
+
+    def __post_init__(self) -> None:
+        if not 0 < self.port < 65536:
+            raise ValueError(f"port must be between 1 and 65535, got {self.port}")
+        if self.auth is not None:
+            user, password = self.auth
+            if not user or not password:
+                raise ValueError("a login needs a non-empty user name and password")
+        if not is_loopback(self.host) and self.auth is None:
+            raise ValueError(
+                f"refusing to serve the archive on {self.host!r} without a login: add "
+                f"--login USER (password from ${PASSWORD_ENV}) or bind 127.0.0.1"
+            )
+        if not 1 <= self.max_upload_mb <= 2048:
+            raise ValueError(f"max_upload_mb must be between 1 and 2048, got {self.max_upload_mb}")
+        if not 1 <= self.top_k <= 100:
+            raise ValueError(f"top_k must be between 1 and 100, got {self.top_k}")
+        if self.case_list_limit < 1:
+            raise ValueError(f"case_list_limit must be at least 1, got {self.case_list_limit}")
+        if not 32 <= self.thumbnail_px <= 1024:
+            raise ValueError(f"thumbnail_px must be between 32 and 1024, got {self.thumbnail_px}")

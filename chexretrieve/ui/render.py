@@ -1,0 +1,216 @@
+"""Turning search objects into what the browser shows: escaped text, HTML tables, thumbnails.
+
+Every string that comes from a DICOM file, an anchor file or the store passes :func:`esc` before it
+reaches an HTML or Markdown component, so markup in a header field shows as text and never runs.
+No Gradio here: these are plain functions the handlers call and the tests check directly.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import html
+import math
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+#: CheXpert label value -> word shown to users
+LABEL_WORDS = {1.0: "positive", 0.0: "negative", -1.0: "uncertain"}
+
+#: metadata shown for archived cases and uploads (no names, ids, UIDs or file paths: PHI-minimal)
+DETAIL_FIELDS = (
+    ("view_position", "View"),
+    ("patient_sex", "Sex"),
+    ("patient_age_years", "Age"),
+    ("study_date", "Study date"),
+    ("modality", "Modality"),
+    ("body_part", "Body part"),
+    ("manufacturer", "Manufacturer"),
+    ("photometric", "Photometric"),
+    ("size", "Pixels"),
+    ("source_format", "Format"),
+    ("split", "Split"),
+)
+
+
+def esc(value: object) -> str:
+    """Text safe inside HTML and Markdown: &, <, >, quotes and | escaped; control chars dropped."""
+    text = "" if value is None else str(value)
+    text = "".join(ch if ch >= " " or ch in "\t" else " " for ch in text)
+    return html.escape(text, quote=True).replace("|", "&#124;").replace("`", "&#96;")
+
+
+def is_missing(value: object) -> bool:
+    if value is None:
+        return True
+    if isinstance(value, float) and math.isnan(value):
+        return True
+    try:
+        import pandas as pd
+
+        return bool(pd.isna(value)) if np.ndim(value) == 0 else False
+    except (TypeError, ValueError):
+        return False
+
+
+def format_age(value: object) -> str:
+    if is_missing(value):
+        return "—"
+    try:
+        return f"{float(value):.0f}"
+    except (TypeError, ValueError):
+        return "—"
+
+
+def format_date(value: object) -> str:
+    if is_missing(value):
+        return "—"
+    if isinstance(value, dt.datetime):
+        return value.date().isoformat()
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    return str(value)[:10]
+
+
+def format_text(value: object) -> str:
+    return "—" if is_missing(value) or str(value).strip() == "" else str(value).strip()
+
+
+def label_word(value: object) -> str:
+    if is_missing(value):
+        return "unknown"
+    return LABEL_WORDS.get(float(value), "unknown")
+
+
+def format_score(score: float) -> str:
+    if not math.isfinite(score):
+        return str(score)
+    return f"{score:.4f}" if abs(score) >= 1e-3 or score == 0 else f"{score:.2e}"
+
+
+def detail_value(key: str, meta: dict) -> str:
+    """One PHI-minimal detail as display text (unescaped)."""
+    if key == "patient_age_years":
+        age = format_age(meta.get(key))
+        return age if age == "—" else f"{age} years"
+    if key == "study_date":
+        return format_date(meta.get(key))
+    if key == "size":
+        rows, cols = meta.get("pixel_rows"), meta.get("pixel_columns")
+        if is_missing(rows) or is_missing(cols):
+            return "—"
+        return f"{int(cols)} × {int(rows)}"
+    return format_text(meta.get(key))
+
+
+def details_html(title: str, meta: dict, notes: Sequence[str] = ()) -> str:
+    """A compact key-value table of the PHI-minimal details, every value escaped."""
+    rows = "".join(
+        f"<tr><th>{name}</th><td>{esc(detail_value(key, meta))}</td></tr>"
+        for key, name in DETAIL_FIELDS
+    )
+    extra = "".join(f"<p class='cx-note'>{esc(note)}</p>" for note in notes)
+    return (
+        f"<div class='cx-details'><div class='cx-details-title'>{esc(title)}</div>"
+        f"<table>{rows}</table>{extra}</div>"
+    )
+
+
+def _chip(word: str) -> str:
+    return f"<span class='cx-label cx-{word}'>{word}</span>"
+
+
+def hits_table_html(
+    hits: Iterable,
+    finding: str,
+    relevant: Iterable[int] = (),
+    not_relevant: Iterable[int] = (),
+) -> str:
+    """Results as an HTML table (rank with feedback mark, case, score, view, sex, age, date,
+    label of the finding)."""
+    relevant, not_relevant = set(relevant), set(not_relevant)
+    rows = []
+    for hit in hits:
+        m = hit.metadata
+        mark = " ✓" if hit.image_id in relevant else ""
+        mark = " ✗" if hit.image_id in not_relevant else mark
+        rows.append(
+            "<tr>"
+            f"<td>{hit.rank}{mark}</td><td>{hit.image_id}</td>"
+            f"<td class='cx-num'>{esc(format_score(hit.score))}</td>"
+            f"<td>{esc(format_text(m.get('view_position')))}</td>"
+            f"<td>{esc(format_text(m.get('patient_sex')))}</td>"
+            f"<td>{esc(format_age(m.get('patient_age_years')))}</td>"
+            f"<td>{esc(format_date(m.get('study_date')))}</td>"
+            f"<td>{_chip(label_word(hit.labels.get(finding)))}</td>"
+            "</tr>"
+        )
+    if not rows:
+        return "<p class='cx-empty'>No case passes the filters.</p>"
+    head = "".join(
+        f"<th>{esc(h)}</th>" for h in ("#", "case", "score", "view", "sex", "age", "date", finding)
+    )
+    return (
+        f"<table class='cx-hits'><thead><tr>{head}</tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def hit_caption(hit, relevant: Iterable[int] = (), not_relevant: Iterable[int] = ()) -> str:
+    """A short plain-text caption for a gallery thumbnail (numbers and our own words only)."""
+    mark = " ✓" if hit.image_id in set(relevant) else ""
+    mark = " ✗" if hit.image_id in set(not_relevant) else mark
+    return f"#{hit.rank} · case {hit.image_id}{mark}"
+
+
+def _weight_cell(value: float) -> str:
+    return f"<td class='cx-num'>{value:.3f}</td>"
+
+
+def explanation_html(explanation, query_name: str, image_id: int, finding: str, key: str) -> str:
+    """The anchor explanation of one result as escaped HTML (two small tables)."""
+    shared = "".join(
+        f"<tr><td class='cx-text'>{esc(t.sentence)}</td>"
+        f"{_weight_cell(t.query_weight)}{_weight_cell(t.result_weight)}</tr>"
+        for t in explanation.shared
+    )
+    differing = "".join(
+        f"<tr><td class='cx-text'>{esc(t.sentence)}</td>"
+        f"{_weight_cell(t.query_weight)}{_weight_cell(t.result_weight)}"
+        f"<td class='cx-num'>{t.divergence_term:.4f}</td></tr>"
+        for t in explanation.differing
+    )
+    return (
+        "<div class='cx-explanation'>"
+        f"<div class='cx-details-title'>Why case {int(image_id)} is close to {esc(query_name)}"
+        f"</div><p class='cx-note'>{esc(finding)} · anchors {esc(key)} · each image's weight on "
+        "an anchor sentence is its softmax profile over the set</p>"
+        "<p class='cx-sub'>Anchor sentences both images weight most</p>"
+        "<table class='cx-hits'><thead><tr><th>anchor sentence</th><th>query</th>"
+        f"<th>result</th></tr></thead><tbody>{shared}</tbody></table>"
+        f"<p class='cx-sub'>Anchors that set them apart (symmetrised KL "
+        f"{explanation.divergence:.4f} in total)</p>"
+        "<table class='cx-hits'><thead><tr><th>anchor sentence</th><th>query</th>"
+        f"<th>result</th><th>KL term</th></tr></thead><tbody>{differing}</tbody></table></div>"
+    )
+
+
+def thumbnail(display: np.ndarray, max_side: int) -> np.ndarray:
+    """Downscale an 8-bit greyscale image so its longer side is at most ``max_side`` pixels."""
+    from PIL import Image
+
+    rows, cols = display.shape
+    scale = max_side / max(rows, cols)
+    if scale >= 1:
+        return display
+    size = (max(1, round(cols * scale)), max(1, round(rows * scale)))
+    return np.asarray(Image.fromarray(display).resize(size, Image.Resampling.LANCZOS))
+
+
+def placeholder(max_side: int) -> np.ndarray:
+    """A mid-grey square with a darker cross: shown when an archived file cannot be read."""
+    image = np.full((max_side, max_side), 96, dtype=np.uint8)
+    idx = np.arange(max_side)
+    image[idx, idx] = 48
+    image[idx, max_side - 1 - idx] = 48
+    return image
