@@ -63,6 +63,10 @@ from chexretrieve.search.commands import search_command  # noqa: E402
 
 app.command("search")(search_command)
 
+from chexretrieve.ui.commands import serve_command  # noqa: E402
+
+app.command("serve")(serve_command)
+
 from chexretrieve.evaluation.commands import eval_app  # noqa: E402
 
 app.add_typer(eval_app, name="eval")
