@@ -17,7 +17,9 @@ EXIT_INTERRUPTED = 130
 
 
 def ingest_command(
-    paths: list[Path] = typer.Argument(..., help="Folders (walked recursively) or files."),
+    paths: list[Path] = typer.Argument(
+        None, help="Folders (walked recursively) or files; or use --dicomweb."
+    ),
     db: str | None = typer.Option(
         None,
         "--db",
@@ -51,12 +53,38 @@ def ingest_command(
     ),
     device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:N."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
+    executor: str = typer.Option(
+        "local", "--executor", help="Where decoding and embedding run: local or ray (a cluster)."
+    ),
+    dicomweb: str | None = typer.Option(
+        None, "--dicomweb", help="Pull from a PACS: DICOMweb root URL (instead of PATHS)."
+    ),
+    study: list[str] = typer.Option(
+        [], "--study", help="With --dicomweb: this StudyInstanceUID only (repeatable)."
+    ),
+    since: str | None = typer.Option(
+        None, "--since", help="With --dicomweb: studies dated on or after YYYY-MM-DD."
+    ),
+    spool: Path | None = typer.Option(
+        None, "--spool", help="With --dicomweb: folder keeping the retrieved instances."
+    ),
+    insecure: bool = typer.Option(
+        False, "--insecure", help="With --dicomweb: do not verify TLS certificates."
+    ),
+    ca_bundle: Path | None = typer.Option(
+        None, "--ca-bundle", help="With --dicomweb: PEM file of CAs to verify the PACS against."
+    ),
 ) -> None:
     """Ingest DICOM / PNG / JPEG files: decode, embed, store; resumable and idempotent."""
     from rich.console import Console
 
     console = Console(stderr=True)
     try:
+        if dicomweb is not None or not paths:
+            outcome = _pacs_or_usage(console, paths, dicomweb, study, since, spool, insecure,
+                                     ca_bundle, db, encoder, workers, batch_size, report, strict,
+                                     split, file_timeout, modality, device, progress)  # fmt: skip
+            raise typer.Exit(outcome)
         outcome = _run(
             console,
             paths=paths,
@@ -72,6 +100,7 @@ def ingest_command(
             modalities=modality,
             device=device,
             show_progress=progress,
+            executor=executor,
         )
     except KeyboardInterrupt:
         console.print("[red]interrupted[/red]: committed batches are kept; run again to resume")
@@ -86,8 +115,34 @@ def _fatal(console, message: str) -> int:  # noqa: ANN001
     return EXIT_FATAL
 
 
+def _pacs_or_usage(console, paths, url, studies, since, spool, insecure, ca_bundle, db,  # noqa: ANN001
+                   encoder_spec, workers, batch_size, report_path, strict, split, file_timeout,  # noqa: ANN001
+                   modalities, device, show_progress) -> int:  # noqa: ANN001  # fmt: skip
+    """--dicomweb: chexretrieve.pacs does the work; neither PATHS nor --dicomweb: usage error."""
+    from chexretrieve.ingest.config import IngestConfig
+
+    if url is None:
+        return _fatal(console, "nothing to ingest: give folders or files, or --dicomweb URL")
+    if paths:
+        return _fatal(console, "give either PATHS or --dicomweb, not both")
+    from chexretrieve.pacs.commands import run_dicomweb_ingest
+
+    try:
+        config = IngestConfig(workers=workers, batch_size=batch_size, file_timeout_s=file_timeout,
+                              strict=strict, split=split)  # fmt: skip
+    except ValueError as exc:
+        return _fatal(console, str(exc))
+    return run_dicomweb_ingest(
+        console, url=url, studies=studies, since=since, spool=spool, insecure=insecure,
+        ca_bundle=ca_bundle, db=db, encoder_spec=encoder_spec, ingest_config=config,
+        read_config=_read_config(modalities), report_path=report_path, device=device,
+        show_progress=show_progress,
+    )  # fmt: skip
+
+
 def _run(console, *, paths, db, encoder_spec, labels_path, workers, batch_size, report_path,  # noqa: ANN001
-         strict, split, file_timeout, modalities, device, show_progress) -> int:  # fmt: skip
+         strict, split, file_timeout, modalities, device, show_progress,  # noqa: ANN001
+         executor="local") -> int:  # fmt: skip
     from chexretrieve.ingest.config import IngestConfig
     from chexretrieve.ingest.labels import read_label_csv
     from chexretrieve.ingest.pipeline import IngestError, ingest_paths
@@ -107,6 +162,8 @@ def _run(console, *, paths, db, encoder_spec, labels_path, workers, batch_size, 
         for path in paths:
             if not path.exists():
                 raise ValueError(f"{path}: no such file or folder; check the path to ingest")
+        if executor not in ("local", "ray"):
+            raise ValueError(f"--executor {executor!r} is not 'local' or 'ray'")
         store = open_store(db)
     except ValueError as exc:
         return _fatal(console, str(exc))
@@ -118,15 +175,23 @@ def _run(console, *, paths, db, encoder_spec, labels_path, workers, batch_size, 
         progress_bar, callback = _progress(console, show_progress)
         try:
             with progress_bar:
-                report = ingest_paths(
-                    paths,
-                    store,
-                    encoder,
-                    config,
-                    labels=label_table,
-                    read_config=read_config,
-                    progress=callback,
-                )
+                if executor == "ray":
+                    from chexretrieve.distributed import ingest_paths_with_ray
+
+                    report = ingest_paths_with_ray(
+                        paths, store, encoder, encoder_spec, config, labels=label_table,
+                        read_config=read_config, device=device, progress=callback,
+                    )  # fmt: skip
+                else:
+                    report = ingest_paths(
+                        paths,
+                        store,
+                        encoder,
+                        config,
+                        labels=label_table,
+                        read_config=read_config,
+                        progress=callback,
+                    )
         except IngestError as exc:
             if report_path is not None and exc.report is not None:
                 write_report(exc.report, report_path)

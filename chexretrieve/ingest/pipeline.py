@@ -285,13 +285,20 @@ def ingest_paths(
     read_config: Any = None,
     reader: Callable[[str, Any], Any] | None = None,
     progress: ProgressCallback | None = None,
+    only: Sequence[str | os.PathLike[str]] | None = None,
 ) -> IngestReport:
     """Ingest every file under ``paths`` into ``store`` with ``encoder``; the report lists every
-    file's outcome. ValueError for a missing path; IngestError when the run cannot go on."""
+    file's outcome. ValueError for a missing path; IngestError when the run cannot go on.
+    ``only``: ingest just these of the files found (a shard of a distributed run; the folder
+    arguments still decide label matching)."""
     config = config or IngestConfig()
     reader = reader or default_reader()
     read_config = read_config if read_config is not None else default_read_config()
     discovery = discover_files(list(paths), config)
+    candidates = discovery.candidates
+    if only is not None:
+        wanted = {Path(p).absolute() for p in only}
+        candidates = [c for c in candidates if c.path in wanted]
     store.register_encoder(encoder.encoder_id, encoder.embed_dim, encoder.inv_temperature)
     settings = {
         "paths": [str(p) for p in paths],
@@ -309,9 +316,9 @@ def ingest_paths(
         labels_file=str(labels.source) if labels is not None else None,
     )
     run = _Run(store, encoder, config, labels, report, progress)
-    run.total = len(discovery.candidates)
+    run.total = len(candidates)
     try:
-        _execute(run, discovery.candidates, reader, read_config)
+        _execute(run, candidates, reader, read_config)
     except KeyboardInterrupt:
         _finish(run, report, started, "interrupted")
         raise

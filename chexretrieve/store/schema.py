@@ -209,4 +209,55 @@ class ArchiveRevision(Base):
     updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
 
 
+#: what a DICOMweb ingest knows about a study / an instance of one PACS (chexretrieve.pacs)
+PACS_STUDY_STATUSES = ("partial", "complete")
+PACS_INSTANCE_STATUSES = ("stored", "rejected", "conflict", "transfer-failed")
+
+
+class PacsStudy(Base):
+    """A study seen on a PACS; 'complete' only once every listed instance arrived and settled."""
+
+    __tablename__ = "pacs_studies"
+    __table_args__ = (
+        UniqueConstraint("source", "study_uid"),
+        CheckConstraint("status IN ('partial', 'complete')", name="status"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    source: Mapped[str] = mapped_column(String(255))  # DICOMweb root URL, never credentials
+    study_uid: Mapped[str] = mapped_column(UID)
+    status: Mapped[str] = mapped_column(String(16))
+    expected_instances: Mapped[int] = mapped_column(Integer)  # listed by QIDO (admitted series)
+    stored_instances: Mapped[int] = mapped_column(Integer)
+    rejected_instances: Mapped[int] = mapped_column(Integer)  # rejected or in conflict
+    run_id: Mapped[int | None] = mapped_column(ForeignKey("ingest_runs.id"))
+    updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
+    completed_at: Mapped[dt.datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class PacsInstance(Base):
+    """The latest outcome of one instance of a PACS: stored, rejected, conflict, transfer-failed."""
+
+    __tablename__ = "pacs_instances"
+    __table_args__ = (
+        UniqueConstraint("source", "sop_uid"),
+        CheckConstraint(
+            "status IN ('stored', 'rejected', 'conflict', 'transfer-failed')", name="status"
+        ),
+        Index("ix_pacs_instances_source_study_uid", "source", "study_uid"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    source: Mapped[str] = mapped_column(String(255))
+    study_uid: Mapped[str] = mapped_column(UID)
+    series_uid: Mapped[str] = mapped_column(UID)
+    sop_uid: Mapped[str] = mapped_column(UID)
+    status: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str | None] = mapped_column(String(64))
+    detail: Mapped[str | None] = mapped_column(Text)
+    attempts: Mapped[int] = mapped_column(Integer)  # transfers tried over all runs
+    image_id: Mapped[int | None] = mapped_column(ForeignKey("images.id", ondelete="SET NULL"))
+    updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
+
+
 metadata = Base.metadata

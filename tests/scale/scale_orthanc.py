@@ -1,0 +1,121 @@
+"""A real Orthanc PACS (Debian's, with the DICOMweb plugin) inside a private network namespace.
+
+Orthanc 1.10 always listens on 0.0.0.0, so it runs in a namespace that has nothing but its own
+loopback (``unshare -n``); clients reach it by entering the namespace (``nsenter -t PID -n``).
+Storage and index live in a folder that survives ``kill()`` + ``start_server()``, so a test can
+take the PACS down in the middle of a transfer and bring the same archive back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ORTHANC = "/usr/sbin/Orthanc"
+DICOMWEB_PLUGIN = "/usr/share/orthanc/plugins/libOrthancDicomWeb.so"
+JOB = Path(__file__).with_name("scale_pacs_job.py")
+PORT = 8042
+
+
+class OrthancInNamespace:
+    def __init__(self, root: Path, user: str = "pacs", password: str = "pacs-secret") -> None:
+        self.root = root
+        self.user, self.password = user, password
+        self.storage = root / "orthanc-storage"
+        self.config = root / "orthanc.json"
+        self.log = root / "orthanc.log"
+        self.holder: subprocess.Popen | None = None
+        self.server: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{PORT}"
+
+    @property
+    def dicomweb_url(self) -> str:
+        return f"{self.url}/dicom-web"
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            CHEXRETRIEVE_DICOMWEB_USER=self.user,
+            CHEXRETRIEVE_DICOMWEB_PASSWORD=self.password,
+            CHEXRETRIEVE_TEST_ENCODERS="1",
+            PYTHONPATH=str(Path(__file__).resolve().parents[2]),
+        )
+        env.update(extra)
+        return env
+
+    def _enter(self) -> list[str]:
+        return ["nsenter", "-t", str(self.holder.pid), "-n"]
+
+    def start(self) -> OrthancInNamespace:
+        self.storage.mkdir(parents=True, exist_ok=True)
+        self.config.write_text(
+            json.dumps(
+                {
+                    "Name": "chexretrieve-test",
+                    "StorageDirectory": str(self.storage),
+                    "IndexDirectory": str(self.storage),
+                    "HttpPort": PORT,
+                    "DicomServerEnabled": False,
+                    "RemoteAccessAllowed": False,
+                    "AuthenticationEnabled": True,
+                    "RegisteredUsers": {self.user: self.password},
+                    "Plugins": [DICOMWEB_PLUGIN],
+                    "DicomWeb": {"Enable": True, "Root": "/dicom-web/"},
+                }
+            )
+        )
+        self.holder = subprocess.Popen(["unshare", "-n", "sleep", "infinity"])
+        own = os.readlink("/proc/self/ns/net")
+        deadline = time.monotonic() + 10
+        while os.readlink(f"/proc/{self.holder.pid}/ns/net") == own:  # unshare not done yet
+            assert time.monotonic() < deadline, "unshare -n did not create a network namespace"
+            time.sleep(0.01)
+        subprocess.run([*self._enter(), "ip", "link", "set", "lo", "up"], check=True, timeout=10)
+        self.start_server()
+        return self
+
+    def start_server(self) -> None:
+        with open(self.log, "ab") as log:
+            self.server = subprocess.Popen(
+                [*self._enter(), ORTHANC, str(self.config)], stdout=log, stderr=log
+            )
+        probe = self.run_job("probe", self.url, timeout=30)
+        if probe.returncode != 0:
+            raise RuntimeError(
+                f"Orthanc did not answer: {probe.stderr[-2000:]}\n{self.log.read_text()[-2000:]}"
+            )
+
+    def kill(self) -> None:
+        """SIGKILL the server (a crash, not a shutdown); the namespace stays."""
+        if self.server is not None and self.server.poll() is None:
+            self.server.send_signal(signal.SIGKILL)
+            self.server.wait(10)
+
+    def job_command(self, *args: str) -> list[str]:
+        return [*self._enter(), sys.executable, str(JOB), *args]
+
+    def run_job(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            self.job_command(*args), env=self.env(), capture_output=True, text=True,
+            timeout=timeout,
+        )  # fmt: skip
+
+    def upload(self, files: list[Path]) -> None:
+        done = self.run_job("upload", self.url, *map(str, files))
+        assert done.returncode == 0, done.stderr[-2000:]
+
+    def stop(self) -> None:
+        self.kill()
+        if self.holder is not None:
+            self.holder.kill()
+            self.holder.wait(10)
+        shutil.rmtree(self.storage, ignore_errors=True)

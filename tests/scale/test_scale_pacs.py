@@ -1,0 +1,170 @@
+"""`ingest --dicomweb` against a real Orthanc (Debian orthanc + orthanc-dicomweb) that the tests
+start on 127.0.0.1 inside a private network namespace and fill with phantom DICOM files.
+
+The client runs in the namespace too (``nsenter``), as ``scale_pacs_job.py``. Scenarios: a full
+pull marks every study complete and a rerun transfers nothing; a wrong password is refused
+without retries; the PACS killed in the middle of a slow study leaves that study 'partial' with
+what arrived stored, and after a restart on the same storage a rerun completes it with no
+duplicates.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from scale_helpers import import_sibling_tests, make_phantom_archive, require, require_binary
+from scale_orthanc import DICOMWEB_PLUGIN, ORTHANC, OrthancInNamespace
+
+from chexretrieve.store import open_store
+from chexretrieve.store.pacs import PacsLedger
+
+pytestmark = pytest.mark.service
+
+BIG_STUDY_SIZE = 12
+
+
+@pytest.fixture(scope="module")
+def orthanc(tmp_path_factory):
+    require(os.geteuid() == 0, "root (network namespaces for Orthanc)")
+    for binary in ("unshare", "nsenter", "ip", ORTHANC, DICOMWEB_PLUGIN):
+        require_binary(binary)
+    root = tmp_path_factory.mktemp("pacs")
+    archive = make_phantom_archive(root / "phantom", n=3)
+    files = sorted(archive.rglob("*.dcm"))
+    fixtures = import_sibling_tests("ingest", "ingest_fixtures")
+    for i in range(BIG_STUDY_SIZE):
+        files.append(fixtures.write_dx(root / "big" / f"{i}.dcm", 600 + i, size=48, study=500))
+    server = OrthancInNamespace(root).start()
+    try:
+        server.upload(files)
+        server.big_study = fixtures.uid(1, 500)
+        server.n_files = len(files)
+        yield server
+    finally:
+        server.stop()
+
+
+def settings(orthanc, folder: Path, **extra) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    values = {
+        "url": orthanc.dicomweb_url,
+        "db": f"sqlite:///{folder / 'store.sqlite'}",
+        "spool": str(folder / "spool"),
+        "result": str(folder / "result.json"),
+        **extra,
+    }
+    path = folder / f"settings-{time.monotonic_ns()}.json"
+    path.write_text(json.dumps(values))
+    return path
+
+
+def run_ingest(orthanc, settings_path: Path, **env) -> dict:
+    done = subprocess.run(
+        orthanc.job_command("ingest", str(settings_path)),
+        env=orthanc.env(**env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    result_path = Path(json.loads(settings_path.read_text())["result"])
+    assert result_path.exists(), done.stderr[-3000:]
+    result = json.loads(result_path.read_text())
+    assert result["exit"] == done.returncode, done.stderr[-3000:]
+    return result
+
+
+def ledger(folder: Path, orthanc):
+    store = open_store(f"sqlite:///{folder / 'store.sqlite'}")
+    return store, PacsLedger(store, orthanc.dicomweb_url)
+
+
+def test_full_pull_completes_every_study_and_a_rerun_transfers_nothing(orthanc, tmp_path):
+    first = run_ingest(orthanc, settings(orthanc, tmp_path))
+    assert first["status"] == "completed" and first["exit"] == 0
+    assert first["studies_complete"] == 4 and first["studies_partial"] == 0
+    assert first["transferred"] == orthanc.n_files == first["expected_instances"]
+    assert first["transfer_failures"] == [] and first["retries"] == 0
+    store, book = ledger(tmp_path, orthanc)
+    assert store.count_images() == orthanc.n_files and store.integrity_check() == []
+    studies = book.studies_frame()
+    assert set(studies.status) == {"complete"} and studies.completed_at.notna().all()
+    assert (studies.stored_instances == studies.expected_instances).all()
+    assert set(book.instances_frame().status) == {"stored"}
+    spooled = sorted((tmp_path / "spool").rglob("*.dcm"))
+    assert len(spooled) == orthanc.n_files and not list((tmp_path / "spool").rglob("*.part"))
+    assert set(store.gallery("stand-in:d16").metadata.source_path) == {str(p) for p in spooled}
+    store.close()
+
+    again = run_ingest(orthanc, settings(orthanc, tmp_path))
+    assert again["status"] == "completed" and again["studies_skipped"] == 4
+    assert again["transferred"] == 0 and again["runs"] == []
+    store, _ = ledger(tmp_path, orthanc)
+    assert store.count_images() == orthanc.n_files
+    store.close()
+
+    later = run_ingest(orthanc, settings(orthanc, tmp_path / "later", since="2100-01-01"))
+    assert later["status"] == "completed" and later["studies"] == {}
+
+
+def test_a_wrong_password_is_refused_without_retrying(orthanc, tmp_path):
+    result = run_ingest(
+        orthanc, settings(orthanc, tmp_path), CHEXRETRIEVE_DICOMWEB_PASSWORD="wrong"
+    )
+    assert result["exit"] == 2 and "refused access (HTTP 401)" in result["message"]
+    assert "CHEXRETRIEVE_DICOMWEB_PASSWORD" in result["message"]
+
+
+def test_pacs_killed_mid_study_leaves_it_partial_and_a_rerun_completes_it(orthanc, tmp_path):
+    spool = tmp_path / "spool" / orthanc.big_study
+    job = subprocess.Popen(
+        orthanc.job_command(
+            "ingest", str(settings(orthanc, tmp_path, studies=[orthanc.big_study], delay_s=0.4))
+        ),
+        env=orthanc.env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while len(list(spool.rglob("*.dcm"))) < 5 and time.monotonic() < deadline:
+        assert job.poll() is None, job.stderr.read()[-3000:]
+        time.sleep(0.05)
+    orthanc.kill()  # in the middle of the study's transfer
+    try:
+        assert job.wait(60) == 2
+        broken = json.loads((tmp_path / "result.json").read_text())
+        assert broken["status"] == "interrupted" and "seems down" in broken["message"]
+        assert broken["studies"] == {orthanc.big_study: "partial"}
+        store, book = ledger(tmp_path, orthanc)
+        stored_before = store.count_images()
+        assert 5 <= stored_before < BIG_STUDY_SIZE
+        state = book.study_state(orthanc.big_study)
+        assert state.status == "partial" and state.stored_instances == stored_before
+        assert state.expected_instances == BIG_STUDY_SIZE
+        failed = book.instances_frame().query("status == 'transfer-failed'")
+        assert list(failed.reason) == ["pacs-unavailable"]
+        assert book.studies_frame().completed_at.isna().all()
+        store.close()
+    finally:
+        orthanc.start_server()  # the same storage: the PACS is back with every instance
+
+    resumed = run_ingest(orthanc, settings(orthanc, tmp_path, studies=[orthanc.big_study]))
+    assert resumed["status"] == "completed"
+    assert resumed["studies"] == {orthanc.big_study: "complete"}
+    assert resumed["already_stored"] == stored_before
+    assert resumed["transferred"] + resumed["reused_from_spool"] == BIG_STUDY_SIZE - stored_before
+    store, book = ledger(tmp_path, orthanc)
+    assert store.count_images() == BIG_STUDY_SIZE and store.integrity_check() == []
+    gallery = store.gallery("stand-in:d16")
+    assert gallery.metadata.sop_uid.is_unique and len(gallery.image_ids) == BIG_STUDY_SIZE
+    assert set(book.instances_frame().status) == {"stored"}
+    state = book.study_state(orthanc.big_study)
+    assert (state.status, state.stored_instances) == ("complete", BIG_STUDY_SIZE)
+    store.close()
+    shutil.rmtree(tmp_path / "spool", ignore_errors=True)
