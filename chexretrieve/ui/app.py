@@ -568,6 +568,7 @@ def open_case_lookup(config: UIConfig) -> tuple[CaseLookup, CurationDesk]:
         reports_dir=config.reports_dir,
         thumbnail_px=config.thumbnail_px,
         case_list_limit=config.case_list_limit,
+        thumbnail_dir=config.feature_cache_dir / "thumbnails" if config.feature_cache_dir else None,
     )
     curation = CurationDesk(config.anchors_dir, store, encoder, lambda: service.gallery)
     return lookup, curation

@@ -34,7 +34,8 @@ class UIConfig:
     host: str = "127.0.0.1"
     # port to listen on
     port: int = 7860
-    # folder for persisted gallery features; None = the search service's default cache folder
+    # folder for persisted gallery features and result thumbnails (thumbnails/ inside);
+    # None = the search service's default feature folder, thumbnails kept in memory only
     feature_cache_dir: Path | None = None
     # (user, password) required to open the app; None = no login (loopback only)
     auth: tuple[str, str] | None = None

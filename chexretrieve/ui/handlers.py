@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import threading
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -141,6 +143,8 @@ class CaseLookup:
         case_list_limit: int = 500,
         read_config=None,
         thumbnail_cache: int = 1024,
+        read_threads: int = 2,
+        thumbnail_dir: Path | None = None,
     ):
         self.service = service
         self.store = store
@@ -151,6 +155,9 @@ class CaseLookup:
         self.read_config = read_config
         self._thumbs: OrderedDict[int, np.ndarray] = OrderedDict()
         self._thumb_capacity = thumbnail_cache
+        self.read_threads = read_threads
+        # thumbnails persisted between runs (server-side only; None = memory only)
+        self.thumbnail_dir = Path(thumbnail_dir) if thumbnail_dir is not None else None
 
     # ---------------------------------------------------------------------------- archive
     @property
@@ -193,23 +200,65 @@ class CaseLookup:
         except ValueError:
             return None
 
+    def _thumbnail_file(self, image_id: int) -> Path | None:
+        """Where a thumbnail persists: named by id, pixel hash and size (never stale)."""
+        if self.thumbnail_dir is None:
+            return None
+        digest = self.gallery.metadata.loc[image_id].get("pixel_sha256")
+        if not isinstance(digest, str) or not digest:
+            return None
+        return self.thumbnail_dir / f"{image_id}-{digest[:16]}-{self.thumbnail_px}.png"
+
+    def _render_thumbnail(self, image_id: int) -> np.ndarray:
+        from PIL import Image
+
+        from chexretrieve.dicom import render_for_display
+
+        path = self._thumbnail_file(image_id)
+        if path is not None and path.is_file():
+            try:
+                with Image.open(path, formats=["PNG"]) as image:
+                    return np.asarray(image.convert("L"))
+            except (OSError, ValueError):
+                pass  # a damaged cache file is rendered again and replaced
+        pixels = self._read_archived(image_id)
+        if pixels is None:
+            return placeholder(self.thumbnail_px)
+        thumb = thumbnail(render_for_display(pixels), self.thumbnail_px)
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".tmp{os.getpid()}-{threading.get_ident()}")
+            Image.fromarray(thumb).save(tmp, format="PNG")
+            os.replace(tmp, path)
+        return thumb
+
+    def _remember_thumbnail(self, image_id: int, thumb: np.ndarray) -> None:
+        self._thumbs[image_id] = thumb
+        while len(self._thumbs) > self._thumb_capacity:
+            self._thumbs.popitem(last=False)
+
     def case_thumbnail(self, image_id: int) -> np.ndarray:
         """8-bit thumbnail of an archived case (cached; a placeholder when unreadable)."""
         image_id = int(image_id)
         if image_id in self._thumbs:
             self._thumbs.move_to_end(image_id)
             return self._thumbs[image_id]
-        from chexretrieve.dicom import render_for_display
-
-        pixels = self._read_archived(image_id)
-        if pixels is None:
-            thumb = placeholder(self.thumbnail_px)
-        else:
-            thumb = thumbnail(render_for_display(pixels), self.thumbnail_px)
-        self._thumbs[image_id] = thumb
-        while len(self._thumbs) > self._thumb_capacity:
-            self._thumbs.popitem(last=False)
+        thumb = self._render_thumbnail(image_id)
+        self._remember_thumbnail(image_id, thumb)
         return thumb
+
+    def prefetch_thumbnails(self, image_ids) -> None:
+        """Read the thumbnails not yet cached, each once, in ``read_threads`` threads."""
+        missing = list(dict.fromkeys(int(i) for i in image_ids if int(i) not in self._thumbs))
+        if not missing:
+            return
+        if self.read_threads <= 1 or len(missing) == 1:
+            rendered = [self._render_thumbnail(i) for i in missing]
+        else:
+            with ThreadPoolExecutor(self.read_threads) as pool:
+                rendered = list(pool.map(self._render_thumbnail, missing))
+        for image_id, thumb in zip(missing, rendered, strict=True):
+            self._remember_thumbnail(image_id, thumb)
 
     # ------------------------------------------------------------------------------ query
     def _display_pixels(self, pixels: np.ndarray) -> np.ndarray:
@@ -356,12 +405,13 @@ class CaseLookup:
             raise ValueError("pick an archived case or upload an image first")
         if settings.geometry not in GEOMETRY_CHOICES:
             raise ValueError(f"unknown geometry {settings.geometry!r}")
-        views = []
-        for geometry in (REFERENCE_GEOMETRY, settings.geometry):
-            request = self._request(query, settings, geometry, relevant, not_relevant)
-            result = self.service.search(request)
-            views.append(self._view(result, relevant, not_relevant))
-        return views[0], views[1]
+        results = [
+            self.service.search(self._request(query, settings, geometry, relevant, not_relevant))
+            for geometry in (REFERENCE_GEOMETRY, settings.geometry)
+        ]
+        self.prefetch_thumbnails(h.image_id for result in results for h in result.hits)
+        cos, geo = (self._view(result, relevant, not_relevant) for result in results)
+        return cos, geo
 
     def _view(self, result: SearchResult, relevant, not_relevant) -> RankingView:
         finding = result.finding

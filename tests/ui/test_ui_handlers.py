@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ from ui_fakes import SENTENCES, make_service, write_png
 from chexretrieve.search.explain import AnchorTerm, Explanation
 from chexretrieve.search.gallery import SearchFilters
 from chexretrieve.ui.handlers import CaseLookup, SearchSettings, parse_filters
-from chexretrieve.ui.render import esc, explanation_html, hits_table_html
+from chexretrieve.ui.render import esc, explanation_html, hits_table_html, placeholder
 
 FINDING = "Pleural Effusion"
 XSS = "<script>window.__xss = 1</script>"
@@ -82,6 +83,25 @@ def test_unreadable_archive_file_shows_a_placeholder(lookup):
     assert thumb.shape == (32, 32) and thumb.dtype == np.uint8
     result = lookup.search(query, SearchSettings(FINDING, "softmax"))
     assert len(result[1].image_ids) == 12  # the stored embedding is still searched
+
+
+def test_thumbnails_are_read_once_and_persisted(tmp_path):
+    service = make_service(tmp_path)
+    folder = tmp_path / "thumbs"
+    first = CaseLookup(service, thumbnail_px=32, thumbnail_dir=folder)
+    first.prefetch_thumbnails([3, 4, 3, 5])
+    files = sorted(p.name for p in folder.iterdir())
+    assert files == [f"{i}-{i:016x}-32.png" for i in (3, 4, 5)]
+    shown = first.case_thumbnail(4)
+    assert shown.shape == (32, 32) and shown.dtype == np.uint8
+    # a new server (empty memory) with the archived file gone still shows the persisted one
+    Path(service.gallery.metadata.loc[4, "source_path"]).unlink()
+    again = CaseLookup(service, thumbnail_px=32, thumbnail_dir=folder)
+    np.testing.assert_array_equal(again.case_thumbnail(4), shown)
+    # without a persisted copy an unreadable file shows the placeholder
+    assert again.case_thumbnail(4).std() > 0
+    memory_only = CaseLookup(service, thumbnail_px=32)
+    assert (memory_only.case_thumbnail(4) == placeholder(32)).all()
 
 
 def test_search_gives_cosine_beside_the_chosen_geometry(lookup):
@@ -244,7 +264,6 @@ def test_dicom_upload_with_markup_in_text_fields_is_inert(lookup, tmp_path):
 
 def test_anchor_set_choices_list_versions_newest_first(tmp_path):
     import shutil
-    from pathlib import Path
 
     root = tmp_path / "anchors"
     source = Path(__file__).resolve().parents[2] / "anchors" / "findings" / "pleural_effusion"

@@ -105,6 +105,7 @@ def make_gallery(folder: Path, encoder: FakeEncoder, n: int = N_IMAGES) -> Galle
             "pixel_rows": 48,
             "pixel_columns": 48,
             "source_format": "png",
+            "pixel_sha256": [f"{int(i):016x}" + "0" * 48 for i in ids],
         },
         index=ids,
     )
