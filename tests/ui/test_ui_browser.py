@@ -382,6 +382,20 @@ def test_evaluation_tab_shows_the_latest_report(page):
     _shot(page, "06-evaluation")
 
 
+def test_only_rendered_images_are_served(server, world):
+    """Archive files, the database and files of the working folder are refused over HTTP."""
+    archived = sorted((world["root"] / "phantom").rglob("*.dcm"))[0]
+    for path in (
+        archived,
+        world["root"] / "archive.sqlite",
+        REPO / "README.md",
+        Path("/etc/passwd"),
+    ):
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"{server}gradio_api/file={path}", timeout=30)
+        assert refused.value.code in (403, 404), path
+
+
 def test_login_is_required_when_auth_is_on(world, browser):
     app, url = _launch(world, auth=("clinician", "s3cret-pass"), max_upload_mb=1)
     try:
