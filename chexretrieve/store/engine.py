@@ -52,7 +52,9 @@ def create_store_engine(config: StoreConfig) -> Engine:
             "sqlite:///archive.sqlite or postgresql+psycopg://user@host:5432/dbname"
         ) from None
     is_sqlite = url.get_backend_name() == "sqlite"
-    kwargs: dict = {"echo": config.echo_sql}
+    # hide_parameters: a database error's message (shown and logged) never carries row values,
+    # which hold patient data
+    kwargs: dict = {"echo": config.echo_sql, "hide_parameters": True}
     if is_sqlite:
         database = url.database or ""
         if database in ("", ":memory:") or database.startswith("file:"):
