@@ -68,3 +68,81 @@ class ArchiveConfig:
             raise ValueError(f"the seed must be a non-negative integer, got {self.seed!r}")
         if self.workers < 1:
             raise ValueError(f"workers must be at least 1, got {self.workers!r}")
+
+
+@dataclass(frozen=True)
+class PhantomTrainingConfig:
+    """How `chexretrieve phantom train` trains the phantom encoder (defaults: the bundled one)."""
+
+    # seed of the phantom world drawn from and of the weight initialisation and batch order
+    seed: int = 0
+    # training-split phantom cases drawn (the validation split's patients are never used)
+    n_images: int = 6000
+    # optimiser steps
+    steps: int = 1500
+    # images per step (and texts: one per image)
+    batch_size: int = 128
+    # side of the square CNN input in pixels (a multiple of 4)
+    image_size: int = 128
+    # side of the generated phantoms, shrunk to image_size exactly as the encoder shrinks its input
+    render_size: int = 256
+    # multiplies the phantom world's finding prevalence for training (more examples of rare signs)
+    prevalence: float = 1.0
+    # channels of the patch stem, then of each residual stage (each stage halves the resolution)
+    widths: tuple[int, ...] = (32, 64, 128, 256)
+    # residual blocks per stage
+    depth: int = 1
+    # length of the joint image-text embedding
+    embed_dim: int = 128
+    # peak AdamW learning rate (linear warm-up, then cosine decay)
+    learning_rate: float = 2e-3
+    # AdamW weight decay on convolution and linear weights
+    weight_decay: float = 0.05
+    # fraction of the steps spent warming the learning rate up
+    warmup_fraction: float = 0.05
+    # chance an image is paired with its whole report rather than one of its sentences
+    report_probability: float = 0.5
+    # weight of the finding-prompt loss added to the CLIP loss (0 = pure CLIP)
+    prompt_loss_weight: float = 0.5
+    # random shifts, zooms, rotations and grey-level jitter of the training images
+    augment: bool = True
+    # torch CPU threads during training
+    threads: int = 2
+    # where training runs: "auto" (CUDA when available, else CPU), "cpu", "cuda" or "cuda:N"
+    device: str = "auto"
+
+    def __post_init__(self) -> None:
+        for name in ("n_images", "steps", "batch_size", "embed_dim", "depth", "threads"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(
+                    f"PhantomTrainingConfig.{name} must be a positive integer, got {value!r}"
+                )
+        if self.seed < 0:
+            raise ValueError(f"the training seed must be a non-negative integer, got {self.seed!r}")
+        if self.batch_size < 2:
+            raise ValueError(
+                "PhantomTrainingConfig.batch_size must be at least 2 for a contrastive loss"
+            )
+        if self.image_size < 32 or self.image_size % 4:
+            raise ValueError(
+                f"PhantomTrainingConfig.image_size must be a multiple of 4 and at least 32, "
+                f"got {self.image_size!r}"
+            )
+        if len(self.widths) < 2 or min(self.widths) < 1:
+            raise ValueError(
+                "PhantomTrainingConfig.widths needs a stem width and at least one stage"
+            )
+        if not 0.0 <= self.report_probability <= 1.0:
+            raise ValueError(
+                "PhantomTrainingConfig.report_probability must lie in [0, 1], "
+                f"got {self.report_probability!r}"
+            )
+        if self.learning_rate <= 0 or self.weight_decay < 0 or self.prompt_loss_weight < 0:
+            raise ValueError(
+                "learning_rate must be positive; weight_decay and prompt_loss_weight >= 0"
+            )
+        # the generator's own checks of the rendering size and the prevalence
+        PhantomConfig(size=self.render_size, prevalence=self.prevalence)
+        if not 0.0 <= self.warmup_fraction < 1.0:
+            raise ValueError(f"warmup_fraction must lie in [0, 1), got {self.warmup_fraction!r}")

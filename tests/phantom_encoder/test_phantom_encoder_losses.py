@@ -121,6 +121,8 @@ def test_augmentation_keeps_range_shape_and_is_seeded():
         ({"widths": (8,)}, "needs a stem width"),
         ({"report_probability": 1.5}, "report_probability must lie in"),
         ({"seed": -1}, "non-negative"),
+        ({"prevalence": 5.0}, "prevalence must lie in"),
+        ({"render_size": 16}, "size 16 is out of range"),
     ],
 )
 def test_bad_training_settings_are_refused(changes, message):
