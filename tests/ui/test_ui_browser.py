@@ -416,6 +416,21 @@ def test_login_is_required_when_auth_is_on(world, browser):
                 page.wait_for_selector("text=Incorrect Credentials")
         page.wait_for_selector("#case-id input")
         _shot(page, "07-after-login")
+        # the upload cap (1 MiB here) is enforced by the server, logged in or not
+        for size, allowed in ((200_000, True), (2_000_000, False)):
+            answer = page.request.post(
+                url + "gradio_api/upload",
+                multipart={
+                    "files": {
+                        "name": "big.dcm",
+                        "mimeType": "application/dicom",
+                        "buffer": b"\0" * size,
+                    }
+                },
+            )
+            assert answer.ok == allowed, (size, answer.status, answer.text()[:200])
+            if not allowed:
+                assert answer.status == 413
         context.close()
     finally:
         app.close(verbose=False)
