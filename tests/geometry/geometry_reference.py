@@ -57,6 +57,18 @@ def symmetrised(div_ab: np.ndarray, div_ba: np.ndarray) -> np.ndarray:
     return 0.5 * (div_ab + div_ba.T)
 
 
+def assert_matches_bregman(geom, cgf, grad, q, k, rtol: float) -> None:
+    """divergence(q, k) is B_κ pair by pair, and score from features is −(its symmetrisation).
+
+    The score must match to 1e-8 in absolute terms (float64).
+    """
+    inv_t = geom.inv_temperature
+    naive_qk = divergence_matrix(cgf, grad, inv_t, q, k)
+    np.testing.assert_allclose(geom.divergence(q, k), naive_qk, rtol=rtol, atol=rtol)
+    naive_sym = symmetrised(naive_qk, divergence_matrix(cgf, grad, inv_t, k, q))
+    assert np.abs(geom.score(geom.features(q), geom.features(k)) + naive_sym).max() <= 1e-8
+
+
 def gmm_cgf(weights, means, covariances):
     """κ(ξ) = log Σ_m π_m exp(μ_mᵀξ + ½ξᵀΣ_mξ) by explicit log-sum-exp, and its gradient."""
 
