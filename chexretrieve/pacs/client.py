@@ -49,15 +49,28 @@ def is_uid(value: str) -> bool:
     return isinstance(value, str) and len(value) <= 64 and bool(UID_PATTERN.match(value))
 
 
+class _PinnedSession(requests.Session):
+    """A session whose TLS setting wins over $REQUESTS_CA_BUNDLE / $CURL_CA_BUNDLE (plain
+    requests lets those variables override a session's ``verify``)."""
+
+    pinned_verify: bool | str | None = None
+
+    def merge_environment_settings(self, url, proxies, stream, verify, cert):  # noqa: ANN001, ANN201
+        settings = super().merge_environment_settings(url, proxies, stream, verify, cert)
+        if self.pinned_verify is not None:
+            settings["verify"] = self.pinned_verify
+        return settings
+
+
 def make_session(config: DicomWebConfig) -> requests.Session:
     """An HTTP session with TLS verification and the credentials named by the config."""
-    session = requests.Session()
+    session = _PinnedSession()
     if config.ca_bundle is not None:
         if not config.ca_bundle.is_file():
             raise PacsError(f"CA bundle {config.ca_bundle} does not exist; give a PEM file")
-        session.verify = str(config.ca_bundle)
-    else:
-        session.verify = config.verify_tls
+        session.verify = session.pinned_verify = str(config.ca_bundle)
+    elif not config.verify_tls:
+        session.verify = session.pinned_verify = False
     token = os.environ.get(config.token_env, "")
     user = os.environ.get(config.user_env, "")
     password = os.environ.get(config.password_env, "")

@@ -21,21 +21,31 @@ ORTHANC = "/usr/sbin/Orthanc"
 DICOMWEB_PLUGIN = "/usr/share/orthanc/plugins/libOrthancDicomWeb.so"
 JOB = Path(__file__).with_name("scale_pacs_job.py")
 PORT = 8042
+TLS_PORT = 8443
 
 
 class OrthancInNamespace:
+    """One Orthanc on http://127.0.0.1:8042 in its own namespace; ``start_tls_proxy`` adds HTTPS
+    in front of it with a self-signed certificate (``ca_bundle``)."""
+
     def __init__(self, root: Path, user: str = "pacs", password: str = "pacs-secret") -> None:
         self.root = root
         self.user, self.password = user, password
         self.storage = root / "orthanc-storage"
         self.config = root / "orthanc.json"
         self.log = root / "orthanc.log"
+        self.ca_bundle = root / "certificate.pem"
         self.holder: subprocess.Popen | None = None
         self.server: subprocess.Popen | None = None
+        self.proxy: subprocess.Popen | None = None
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{PORT}"
+
+    @property
+    def https_dicomweb_url(self) -> str:
+        return f"https://127.0.0.1:{TLS_PORT}/dicom-web"
 
     @property
     def dicomweb_url(self) -> str:
@@ -94,6 +104,24 @@ class OrthancInNamespace:
                 f"Orthanc did not answer: {probe.stderr[-2000:]}\n{self.log.read_text()[-2000:]}"
             )
 
+    def start_tls_proxy(self) -> None:
+        """HTTPS on 127.0.0.1:8443 in front of Orthanc, with a fresh self-signed certificate."""
+        key = self.root / "key.pem"
+        subprocess.run(
+            ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+             "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+             "-keyout", str(key), "-out", str(self.ca_bundle)],
+            check=True, capture_output=True, timeout=60,
+        )  # fmt: skip
+        upstream = self.url
+        self.proxy = subprocess.Popen(
+            self.job_command("tls-proxy", str(TLS_PORT), upstream, str(self.ca_bundle), str(key)),
+            env=self.env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        probe = self.run_job("probe", f"https://127.0.0.1:{TLS_PORT}", str(self.ca_bundle))
+        if probe.returncode != 0:
+            raise RuntimeError(f"the TLS proxy did not answer: {probe.stderr[-2000:]}")
+
     def kill(self) -> None:
         """SIGKILL the server (a crash, not a shutdown); the namespace stays."""
         if self.server is not None and self.server.poll() is None:
@@ -115,6 +143,9 @@ class OrthancInNamespace:
 
     def stop(self) -> None:
         self.kill()
+        if self.proxy is not None:
+            self.proxy.kill()
+            self.proxy.wait(10)
         if self.holder is not None:
             self.holder.kill()
             self.holder.wait(10)

@@ -2,11 +2,13 @@
 
     python scale_pacs_job.py probe URL                 exit 0 once Orthanc answers
     python scale_pacs_job.py upload URL FILE...         POST each file to /instances
-    python scale_pacs_job.py ingest SETTINGS.json       run ingest_dicomweb, write a result JSON
+    python scale_pacs_job.py tls-proxy PORT UPSTREAM CERT KEY   HTTPS in front of Orthanc
+    python scale_pacs_job.py ingest SETTINGS.json...    run ingest_dicomweb once per settings file
+                                                        (in turn, one process), write result JSONs
 
-Credentials come from the environment as in production (CHEXRETRIEVE_DICOMWEB_USER/PASSWORD).
-``delay_s`` in the settings slows every WADO retrieval down (a response hook on the session), so
-a test can stop the server in the middle of a study.
+Credentials come from the environment as in production (CHEXRETRIEVE_DICOMWEB_USER/PASSWORD);
+``env`` in the settings overrides variables for that run. ``delay_s`` slows every WADO retrieval
+down (a response hook on the session), so a test can stop the server in the middle of a study.
 """
 
 from __future__ import annotations
@@ -19,17 +21,58 @@ import time
 from pathlib import Path
 
 
+def tls_proxy(port: str, upstream: str, certificate: str, key: str) -> int:
+    """HTTPS on 127.0.0.1:PORT forwarding GET requests to UPSTREAM (how a PACS sits behind a
+    TLS-terminating proxy; Debian's Orthanc 1.10 crashes serving TLS itself)."""
+    import http.server
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    class Forward(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self):  # noqa: N802, ANN202
+            headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
+            request = urllib.request.Request(upstream + self.path, headers=headers)
+            try:
+                with urllib.request.urlopen(request, timeout=30) as answer:
+                    status, body, reply = answer.status, answer.read(), answer.headers
+            except urllib.error.HTTPError as error:
+                status, body, reply = error.code, error.read(), error.headers
+            self.send_response(status)
+            for name, value in reply.items():
+                if name.lower() not in ("transfer-encoding", "connection", "content-length"):
+                    self.send_header(name, value)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):  # noqa: ANN002, ANN202
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", int(port)), Forward)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(certificate, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    server.serve_forever()
+    return 0
+
+
 def _auth():
     return (os.environ["CHEXRETRIEVE_DICOMWEB_USER"], os.environ["CHEXRETRIEVE_DICOMWEB_PASSWORD"])
 
 
-def probe(url: str) -> int:
+def probe(url: str, ca_bundle: str | None = None) -> int:
     import requests
 
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         try:
-            if requests.get(f"{url}/system", auth=_auth(), timeout=1).ok:
+            answer = requests.get(
+                f"{url}/system", auth=_auth(), timeout=1, verify=ca_bundle or True
+            )
+            if answer.ok:
                 return 0
         except requests.RequestException:
             pass
@@ -40,16 +83,34 @@ def probe(url: str) -> int:
 def upload(url: str, files: list[str]) -> int:
     import requests
 
+    verify = os.environ.get("SCALE_CA_BUNDLE") or True
     for name in files:
         answer = requests.post(
-            f"{url}/instances", data=Path(name).read_bytes(), auth=_auth(), timeout=30
+            f"{url}/instances",
+            data=Path(name).read_bytes(),
+            auth=_auth(),
+            timeout=30,
+            verify=verify,
         )
         answer.raise_for_status()
     return 0
 
 
-def ingest(settings_file: str) -> int:
-    settings = json.loads(Path(settings_file).read_text())
+def ingest_all(settings_files: list[str]) -> int:
+    code = 0
+    for settings_file in settings_files:
+        settings = json.loads(Path(settings_file).read_text())
+        saved = dict(os.environ)
+        os.environ.update(settings.get("env", {}))
+        try:
+            code = ingest(settings)
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+    return code
+
+
+def ingest(settings: dict) -> int:
     from chexretrieve.ingest import IngestConfig
     from chexretrieve.ingest.stand_in import StandInEncoder
     from chexretrieve.pacs.client import PacsError, make_session
@@ -66,6 +127,8 @@ def ingest(settings_file: str) -> int:
             else None
         ),
         spool_dir=Path(settings["spool"]),
+        verify_tls=not settings.get("insecure", False),
+        ca_bundle=Path(settings["ca_bundle"]) if settings.get("ca_bundle") else None,
         timeout_s=5.0,
         max_retries=settings.get("max_retries", 2),
         backoff_s=0.1,
@@ -106,7 +169,9 @@ def ingest(settings_file: str) -> int:
 if __name__ == "__main__":
     command, *rest = sys.argv[1:]
     if command == "probe":
-        sys.exit(probe(rest[0]))
+        sys.exit(probe(*rest))
+    if command == "tls-proxy":
+        sys.exit(tls_proxy(*rest))
     if command == "upload":
         sys.exit(upload(rest[0], rest[1:]))
-    sys.exit(ingest(rest[0]))
+    sys.exit(ingest_all(rest))

@@ -113,7 +113,12 @@ def test_credentials_come_from_the_environment(monkeypatch, tmp_path):
     assert make_session(DicomWebConfig(url=URL, verify_tls=False)).verify is False
     bundle = tmp_path / "ca.pem"
     bundle.write_text("-----BEGIN CERTIFICATE-----\n")
-    assert make_session(DicomWebConfig(url=URL, ca_bundle=bundle)).verify == str(bundle)
+    pinned = make_session(DicomWebConfig(url=URL, ca_bundle=bundle))
+    # --ca-bundle / --insecure win over $REQUESTS_CA_BUNDLE (plain requests lets it override)
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", "/etc/ssl/certs/ca-certificates.crt")
+    assert pinned.merge_environment_settings(URL, {}, False, None, None)["verify"] == str(bundle)
+    unverified = make_session(DicomWebConfig(url=URL, verify_tls=False))
+    assert unverified.merge_environment_settings(URL, {}, False, None, None)["verify"] is False
     with pytest.raises(PacsError, match="does not exist"):
         make_session(DicomWebConfig(url=URL, ca_bundle=tmp_path / "absent.pem"))
 
