@@ -16,18 +16,11 @@ from pathlib import Path
 
 import numpy as np
 
+from chexretrieve.geometry import GEOMETRY_KINDS, POSTERIOR_KINDS, fit_geometry
+
 #: every kind a request may name; "<kind>_posterior" adapts the kind from the broad prior
-BASE_GEOMETRIES = (
-    "cosine",
-    "iti",
-    "softmax",
-    "gaussian",
-    "latent_gaussian",
-    "latent_spherical",
-    "gmm",
-    "movmf",
-)
-POSTERIOR_GEOMETRIES = ("gaussian", "latent_gaussian", "latent_spherical", "gmm")
+BASE_GEOMETRIES = GEOMETRY_KINDS
+POSTERIOR_GEOMETRIES = POSTERIOR_KINDS
 GEOMETRY_CHOICES = BASE_GEOMETRIES + tuple(f"{k}_posterior" for k in POSTERIOR_GEOMETRIES)
 
 
@@ -97,8 +90,6 @@ class FeatureCache:
         if key in self._memory:
             self._memory.move_to_end(key)
             return self._memory[key], key
-        from chexretrieve.geometry import fit_geometry
-
         options = {"seed": seed} if spec.kind in ("gmm", "movmf") else {}
         geom = fit_geometry(
             spec.kind,
