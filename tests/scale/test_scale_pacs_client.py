@@ -173,3 +173,17 @@ def test_a_study_is_complete_only_when_every_listed_instance_settled(tmp_path):
     with pytest.raises(ValueError, match="not one of"):
         book.record_instances([InstanceOutcome("9", "8", "1.4", "lost")])
     store.close()
+
+
+def test_the_command_line_wants_paths_or_a_dicomweb_url(tmp_path):
+    from typer.testing import CliRunner
+
+    from chexretrieve.cli import app
+
+    runner = CliRunner()
+    nothing = runner.invoke(app, ["ingest", "--db", f"sqlite:///{tmp_path / 's.sqlite'}"])
+    assert nothing.exit_code == 2 and "give folders or files, or --dicomweb" in nothing.output
+    both = runner.invoke(app, ["ingest", str(tmp_path), "--dicomweb", URL])
+    assert both.exit_code == 2 and "not both" in both.output
+    bad = runner.invoke(app, ["ingest", "--dicomweb", URL, "--since", "yesterday"])
+    assert bad.exit_code == 2 and "YYYY-MM-DD" in bad.output
