@@ -111,6 +111,9 @@ def retrieval_command(
     curve_geometries: str | None = typer.Option(
         None, "--curve-geometries", help="Models of the budget/posterior curves (comma list)."
     ),
+    posterior_geometries: str | None = typer.Option(
+        None, "--posterior-geometries", help="Posterior models of Fig. 5 (default: twins)."
+    ),
     repeats: int = typer.Option(3, "--repeats", help="Anchor draws per budget/posterior point."),
     runtime_queries: int = typer.Option(1000, "--runtime-queries", help="Q of Table 4."),
     runtime_gallery: int = typer.Option(10000, "--runtime-gallery", help="G of Table 4."),
@@ -171,6 +174,8 @@ def retrieval_command(
     if (g := _csv(curve_geometries)) is not None:
         budget = replace(budget, geometries=g)
         posterior = replace(posterior, geometries=g)
+    if (g := _csv(posterior_geometries)) is not None:
+        posterior = replace(posterior, posterior_geometries=g)
     if (n := _ints(posterior_counts, "--posterior-counts")) is not None:
         posterior = replace(posterior, target_counts=n)
     runtime = C.RuntimeConfig(n_queries=runtime_queries, n_gallery=runtime_gallery, seed=seed)

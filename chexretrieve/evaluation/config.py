@@ -156,6 +156,8 @@ class PosteriorConfig:
     repeats: int = 3
     # target-only models; each one with a posterior_ twin is also run adapted from the broad corpus
     geometries: tuple[str, ...] = ("softmax", "gaussian", "latent_spherical", "gmm")
+    # posterior models (specs); empty: the posterior_ twin of each target-only model that has one
+    posterior_geometries: tuple[str, ...] = ()
     # findings averaged over (empty: the retrieval evaluation's findings)
     findings: tuple[str, ...] = ()
     # seed of the anchor draws

@@ -256,7 +256,10 @@ def posterior_experiment(
             "the posterior experiment needs a broad anchor corpus (anchors/broad/...) as prior"
         )
     names = ["cosine", *config.geometries]
-    names += [f"posterior_{g}" for g in config.geometries if g in POSTERIOR_KINDS]
+    if config.posterior_geometries:
+        names += list(config.posterior_geometries)
+    else:
+        names += [f"posterior_{g}" for g in config.geometries if g in POSTERIOR_KINDS]
     specs = [parse_geometry(n) for n in names]
     return anchor_curve(
         archive,

@@ -262,6 +262,12 @@ img{max-width:100%}
 """
 
 
+def _inline_code(text: str) -> str:
+    """Escape for HTML and turn Markdown `code` spans into <code> elements."""
+    parts = html.escape(text).split("`")
+    return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
+
+
 def render_html(report: EvaluationReport, figures: list[tuple[str, str, bytes]]) -> str:
     e = html.escape
     parts = [
@@ -273,8 +279,11 @@ def render_html(report: EvaluationReport, figures: list[tuple[str, str, bytes]])
     ]
     if report.run is not None:
         parts.append(f"<p>Checkpoints: {e(', '.join(report.run.checkpoints))}</p>")
-    parts += [f"<p>Protocol: {e(PROTOCOL_NOTE)}</p>", f"<p>Intervals: {e(INTERVAL_NOTE)}</p>"]
-    parts += [f"<p>{e(p)}</p>" for p in report.notes]
+    parts += [
+        f"<p>Protocol: {_inline_code(PROTOCOL_NOTE)}</p>",
+        f"<p>Intervals: {_inline_code(INTERVAL_NOTE)}</p>",
+    ]
+    parts += [f"<p>{_inline_code(p)}</p>" for p in report.notes]
     for heading, kind, payload in _sections(report):
         parts.append(f"<h2>{e(heading)}</h2>")
         if kind == "table":
