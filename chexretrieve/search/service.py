@@ -141,17 +141,7 @@ class SearchService:
         spec = parse_geometry(request.geometry)
         top_k = self._top_k(request.top_k)
         gallery = self.gallery
-        query, own_row = self._query_embedding(request, gallery)
-        anchor_set = self.anchors.anchor_set(finding, request.anchor_set)
-        geometry, features = self._features(spec, anchor_set, gallery)
-        scores = self._scores(geometry, features, query, request, gallery)
-
-        mask = filter_mask(gallery, request.filters, finding)
-        if own_row is not None:
-            study = gallery.study_codes[own_row]  # type: ignore[attr-defined]
-            if study >= 0:
-                mask &= gallery.study_codes != study  # type: ignore[attr-defined]
-            mask[own_row] = False
+        scores, mask, query, anchor_set = self._score_gallery(request, finding, spec, gallery)
         candidates = int(mask.sum())
         scores = np.where(mask, scores, -np.inf)
         k = min(top_k, candidates)
@@ -172,6 +162,30 @@ class SearchService:
             hits=hits,
             candidates=candidates,
         )
+
+    def gallery_scores(self, request: SearchRequest) -> tuple[np.ndarray, np.ndarray]:
+        """(scores, eligible) over every gallery row: what ``search`` ranks, before the top-k cut.
+
+        ``eligible`` is False for rows removed by the filters and for the query's own study.
+        """
+        finding = canonical_finding(request.finding)
+        scores, mask, _, _ = self._score_gallery(
+            request, finding, parse_geometry(request.geometry), self.gallery
+        )
+        return scores, mask
+
+    def _score_gallery(self, request, finding, spec, gallery):
+        query, own_row = self._query_embedding(request, gallery)
+        anchor_set = self.anchors.anchor_set(finding, request.anchor_set)
+        geometry, features = self._features(spec, anchor_set, gallery)
+        scores = self._scores(geometry, features, query, request, gallery)
+        mask = filter_mask(gallery, request.filters, finding)
+        if own_row is not None:
+            study = gallery.study_codes[own_row]  # type: ignore[attr-defined]
+            if study >= 0:
+                mask &= gallery.study_codes != study  # type: ignore[attr-defined]
+            mask[own_row] = False
+        return scores, mask, query, anchor_set
 
     def explain(self, request: SearchRequest, result_id: int) -> Explanation:
         """Explain why ``result_id`` is close to the request's query for its finding."""

@@ -286,3 +286,14 @@ def test_bad_finding_and_filters(service):
     with pytest.raises(ValueError, match="sex filter"):
         SearchFilters(sex="X")
     assert parse_geometry("Gaussian-Posterior").posterior
+
+
+def test_gallery_scores_are_what_search_ranks(service):
+    request = SearchRequest(finding="Edema", geometry="gaussian", case_id=140, top_k=15)
+    scores, eligible = service.gallery_scores(request)
+    assert not eligible[service.gallery.row_of(140)]
+    assert not eligible[service.gallery.row_of(141)]  # same study
+    rows = np.flatnonzero(eligible)
+    top = rows[np.argsort(-scores[rows], kind="stable")[:15]]
+    result = service.search(request)
+    assert [h.image_id for h in result.hits] == list(service.gallery.image_ids[top])
