@@ -13,6 +13,7 @@ This module holds no training logic; ``chexretrieve.phantom.training`` trains th
 from __future__ import annotations
 
 import hashlib
+import io
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -248,8 +249,12 @@ def save_phantom_weights(
         "provenance": provenance,
     }
     path.parent.mkdir(parents=True, exist_ok=True)
+    # saved through a buffer: torch.save names the archive's folder after the file, so the bytes
+    # (and the encoder id) would otherwise depend on the file name
+    buffer = io.BytesIO()
+    torch.save(record, buffer)
     partial = path.with_name(path.name + ".partial")
-    torch.save(record, partial)
+    partial.write_bytes(buffer.getvalue())
     partial.replace(path)
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -264,8 +269,6 @@ def read_phantom_weights(path: str | Path) -> tuple[dict[str, Any], str]:
         )
     data = path.read_bytes()
     try:
-        import io
-
         record = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as error:  # torch raises several unrelated types for corrupt files
         raise EncoderError(

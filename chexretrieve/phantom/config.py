@@ -79,7 +79,7 @@ class PhantomTrainingConfig:
     # training-split phantom cases drawn (the validation split's patients are never used)
     n_images: int = 6000
     # optimiser steps
-    steps: int = 1500
+    steps: int = 1400
     # images per step (and texts: one per image)
     batch_size: int = 128
     # side of the square CNN input in pixels (a multiple of 4)
@@ -87,7 +87,7 @@ class PhantomTrainingConfig:
     # side of the generated phantoms, shrunk to image_size exactly as the encoder shrinks its input
     render_size: int = 256
     # multiplies the phantom world's finding prevalence for training (more examples of rare signs)
-    prevalence: float = 1.0
+    prevalence: float = 2.0
     # channels of the patch stem, then of each residual stage (each stage halves the resolution)
     widths: tuple[int, ...] = (32, 64, 128, 256)
     # residual blocks per stage
@@ -103,7 +103,7 @@ class PhantomTrainingConfig:
     # chance an image is paired with its whole report rather than one of its sentences
     report_probability: float = 0.5
     # weight of the finding-prompt loss added to the CLIP loss (0 = pure CLIP)
-    prompt_loss_weight: float = 0.5
+    prompt_loss_weight: float = 1.0
     # random shifts, zooms, rotations and grey-level jitter of the training images
     augment: bool = True
     # torch CPU threads during training

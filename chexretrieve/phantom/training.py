@@ -18,6 +18,7 @@ weights.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -83,6 +84,7 @@ class TrainingResult:
     sha256: str  # of the weights file
     losses: list[float]  # total loss per step
     seconds: float  # wall time of the whole run
+    cpu_seconds: float  # CPU time of the run, worker processes included
     logit_scale: float  # the learned log inverse temperature
 
 
@@ -342,7 +344,7 @@ def train_phantom_encoder(
 
     from chexretrieve.encoders.device import select_device
 
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), cpu_time()
     out = Path(out)
     device = select_device(config.device)
     previous_threads = torch.get_num_threads()
@@ -361,6 +363,7 @@ def train_phantom_encoder(
             bar.update(task, total=1, completed=1)
             world = phantom_world_config(config)
             case_range = (data.case_indices[0], data.case_indices[-1])
+            fingerprint = generator_fingerprint(cases)
             del cases
             task = bar.add_task("training", total=config.steps)
 
@@ -377,9 +380,9 @@ def train_phantom_encoder(
         "training": training_record(config),
         "generator": {**asdict(world), "seed": config.seed, "split": "train"},
         "generator_indices": list(case_range),
+        "generator_fingerprint": fingerprint,
         "distinct_texts": int(data.text_embeddings.shape[0]),
         "final_loss": float(np.mean(losses[-20:])) if losses else float("nan"),
-        "seconds": round(seconds, 1),
         "device": device.type,
         "torch": str(torch.__version__),
         "training_prompts": [list(pair) for pair in TRAINING_PROMPT_PAIRS],
@@ -387,7 +390,17 @@ def train_phantom_encoder(
     sha = save_phantom_weights(
         out, training_architecture(config), image_tower, projection, float(logit_scale), provenance
     )
-    return TrainingResult(out, sha, losses, seconds, float(logit_scale))
+    cpu_seconds = cpu_time() - cpu_started
+    return TrainingResult(out, sha, losses, seconds, cpu_seconds, float(logit_scale))
+
+
+def cpu_time() -> float:
+    """CPU seconds used so far by this process and its finished child processes."""
+    import resource
+
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def training_record(config: PhantomTrainingConfig) -> dict[str, Any]:
@@ -396,3 +409,12 @@ def training_record(config: PhantomTrainingConfig) -> dict[str, Any]:
         key: list(value) if isinstance(value, tuple) else value
         for key, value in asdict(config).items()
     }
+
+
+def generator_fingerprint(cases: Sequence[Any], count: int = 8) -> str:
+    """Short sha256 of the first cases' pixels and reports: it changes when the generator does."""
+    digest = hashlib.sha256()
+    for case in cases[:count]:
+        digest.update(np.ascontiguousarray(case.image, dtype=np.float32).tobytes())
+        digest.update(case.report.encode("utf-8"))
+    return digest.hexdigest()[:16]

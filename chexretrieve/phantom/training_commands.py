@@ -16,7 +16,7 @@ DEFAULT_TRAIN_OUT = Path("phantom-v1.pt")
 def train_command(
     out: Path = typer.Option(DEFAULT_TRAIN_OUT, "--out", help="Weights file to write."),
     seed: int = typer.Option(0, "--seed", help="Seed of the phantom world and of the training."),
-    steps: int | None = typer.Option(None, "--steps", help="Optimiser steps (default: 1500)."),
+    steps: int | None = typer.Option(None, "--steps", help="Optimiser steps (default: 1400)."),
     n_images: int | None = typer.Option(
         None, "--n-images", help="Training-split phantoms to draw (default: 6000)."
     ),
@@ -46,7 +46,8 @@ def train_command(
     result = train_phantom_encoder(config, out)
     typer.echo(
         f"wrote {result.path} (encoder id phantom:{result.sha256[:12]}, "
-        f"{result.path.stat().st_size / 1e6:.1f} MB) in {result.seconds / 60:.1f} min; "
+        f"{result.path.stat().st_size / 1e6:.1f} MB) in {result.seconds / 60:.1f} min "
+        f"({result.cpu_seconds / 60:.1f} CPU-minutes); "
         f"final loss {sum(result.losses[-20:]) / len(result.losses[-20:]):.3f}"
     )
 

@@ -64,6 +64,7 @@ def test_training_changes_the_weights_and_is_seeded(tiny_run, tmp_path):
         TINY, tmp_path / "again.pt", fake_sentence_encoder, fake_generate, show_progress=False
     )
     assert again.losses == tiny_run.losses
+    assert again.sha256 == tiny_run.sha256  # byte-identical file, so the same encoder id
     trained, _ = read_phantom_weights(tiny_run.path)
     repeated, _ = read_phantom_weights(again.path)
     for key, value in trained["image_tower"].items():
