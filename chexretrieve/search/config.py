@@ -14,7 +14,8 @@ class SearchConfig:
     max_top_k: int = 200
     # folder for persisted gallery features; None = $XDG_CACHE_HOME/chexretrieve/features
     feature_cache_dir: Path | None = None
-    # fitted geometries / gallery feature blocks kept in memory (least recently used dropped)
+    # gallery feature blocks kept in memory (least recently used dropped; they reload from disk);
+    # fitted geometries, small but slow to refit, get FeatureCache.GEOMETRIES_PER_ENTRY x as many
     memory_cache_entries: int = 16
     # seed for the geometries that are fitted by EM (gmm, movmf)
     fit_seed: int = 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -55,19 +56,37 @@ def _digest(*parts: object) -> str:
 
 
 class FeatureCache:
-    """LRU memory cache of fitted geometries and gallery features, backed by .npy files."""
+    """LRU memory caches of fitted geometries and of gallery features (backed by .npy files).
+
+    Safe to share between threads (a server's concurrent searches): the LRUs change under a lock,
+    work is done outside it. Geometries are small and only held in memory (a refit can take
+    seconds), so they get their own LRU, ``GEOMETRIES_PER_ENTRY`` times larger than the one for
+    feature blocks, which are large and reload from disk.
+    """
+
+    GEOMETRIES_PER_ENTRY = 8
 
     def __init__(self, folder: Path | None, entries: int):
         self.folder = folder
         self.entries = max(1, entries)
-        self._memory: OrderedDict[str, object] = OrderedDict()
+        self._memory: OrderedDict[str, object] = OrderedDict()  # feature blocks
+        self._geometries: OrderedDict[str, object] = OrderedDict()
+        self._lock = threading.Lock()
         self.computed = 0  # gallery feature blocks computed (not loaded): tests and logs read it
 
-    def _remember(self, key: str, value: object) -> None:
-        self._memory[key] = value
-        self._memory.move_to_end(key)
-        while len(self._memory) > self.entries:
-            self._memory.popitem(last=False)
+    def _recall(self, lru: OrderedDict, key: str) -> object | None:
+        with self._lock:
+            value = lru.get(key)
+            if value is not None:
+                lru.move_to_end(key)
+            return value
+
+    def _remember(self, lru: OrderedDict, key: str, value: object, capacity: int) -> None:
+        with self._lock:
+            lru[key] = value
+            lru.move_to_end(key)
+            while len(lru) > capacity:
+                lru.popitem(last=False)
 
     def geometry(
         self,
@@ -87,9 +106,9 @@ class FeatureCache:
                 )
             prior_hash, prior_matrix = prior()
         key = "geom:" + _digest(spec.name, anchors_hash, float(inv_temperature), prior_hash, seed)
-        if key in self._memory:
-            self._memory.move_to_end(key)
-            return self._memory[key], key
+        cached = self._recall(self._geometries, key)
+        if cached is not None:
+            return cached, key
         options = {"seed": seed} if spec.kind in ("gmm", "movmf") else {}
         geom = fit_geometry(
             spec.kind,
@@ -98,15 +117,15 @@ class FeatureCache:
             prior=prior_matrix,
             **options,
         )
-        self._remember(key, geom)
+        self._remember(self._geometries, key, geom, self.GEOMETRIES_PER_ENTRY * self.entries)
         return geom, key
 
     def gallery_features(self, geometry, geometry_key: str, fingerprint: str, embeddings):
         """Features of every gallery row under the geometry: memory, then disk, then computed."""
         key = "feat:" + _digest(geometry_key, fingerprint)
-        if key in self._memory:
-            self._memory.move_to_end(key)
-            return self._memory[key]
+        cached = self._recall(self._memory, key)
+        if cached is not None:
+            return cached
         path = self.folder / f"{key[5:]}.npy" if self.folder else None
         features = None
         if path is not None and path.exists():
@@ -121,13 +140,13 @@ class FeatureCache:
             self.computed += 1
             if path is not None:
                 _save_atomically(path, features)
-        self._remember(key, features)
+        self._remember(self._memory, key, features, self.entries)
         return features
 
 
 def _save_atomically(path: Path, array: np.ndarray) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}.npy")
+    tmp = path.with_suffix(f".tmp{os.getpid()}-{threading.get_ident()}.npy")  # one per writer
     np.save(tmp, array, allow_pickle=False)
     os.replace(tmp, path)
 
