@@ -108,6 +108,11 @@ def retrieval_command(
     curve_findings: str | None = typer.Option(
         None, "--curve-findings", help="Findings of the budget/posterior curves (default: all)."
     ),
+    curve_max_findings: int = typer.Option(
+        4,
+        "--curve-max-findings",
+        help="Without --curve-findings: findings with most queries (0: all).",
+    ),
     curve_geometries: str | None = typer.Option(
         None, "--curve-geometries", help="Models of the budget/posterior curves (comma list)."
     ),
@@ -167,10 +172,11 @@ def retrieval_command(
     if nuisance:
         mixing = replace(mixing, nuisance=nuisance)
     curve = _findings(curve_findings) or ()
-    budget = C.BudgetConfig(repeats=repeats, seed=seed, findings=curve)
+    most = curve_max_findings or None
+    budget = C.BudgetConfig(repeats=repeats, seed=seed, findings=curve, max_findings=most)
     if (n := _ints(budget_counts, "--budget-counts")) is not None:
         budget = replace(budget, anchor_counts=n)
-    posterior = C.PosteriorConfig(repeats=repeats, seed=seed, findings=curve)
+    posterior = C.PosteriorConfig(repeats=repeats, seed=seed, findings=curve, max_findings=most)
     if (g := _csv(curve_geometries)) is not None:
         budget = replace(budget, geometries=g)
         posterior = replace(posterior, geometries=g)

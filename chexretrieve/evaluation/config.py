@@ -142,6 +142,8 @@ class BudgetConfig:
     )
     # findings averaged over (empty: the retrieval evaluation's findings)
     findings: tuple[str, ...] = ()
+    # with no findings named, use the this-many evaluated findings with most queries (None: all)
+    max_findings: int | None = 4
     # seed of the anchor draws
     seed: int = 0
 
@@ -160,6 +162,8 @@ class PosteriorConfig:
     posterior_geometries: tuple[str, ...] = ()
     # findings averaged over (empty: the retrieval evaluation's findings)
     findings: tuple[str, ...] = ()
+    # with no findings named, use the this-many evaluated findings with most queries (None: all)
+    max_findings: int | None = 4
     # seed of the anchor draws
     seed: int = 0
 

@@ -215,6 +215,13 @@ def anchor_curve(
     return frame
 
 
+def _curve_findings(config: BudgetConfig | PosteriorConfig, findings: Sequence[str]) -> list[str]:
+    """The named findings, else the first ``max_findings`` of ``findings`` (most queries first)."""
+    if config.findings:
+        return list(config.findings)
+    return list(findings)[: config.max_findings] if config.max_findings else list(findings)
+
+
 def budget_experiment(
     archive: LabelledArchive,
     views: Sequence[EncodedView],
@@ -230,7 +237,7 @@ def budget_experiment(
         archive,
         views,
         specs,
-        list(config.findings or findings),
+        _curve_findings(config, findings),
         config.anchor_counts,
         config.repeats,
         config.seed,
@@ -265,7 +272,7 @@ def posterior_experiment(
         archive,
         views,
         specs,
-        list(config.findings or findings),
+        _curve_findings(config, findings),
         config.target_counts,
         config.repeats,
         config.seed,

@@ -70,7 +70,10 @@ def _tables_and_curves(
         differences=difference_table(run, pairs, config.intervals),
         settings={"plan": plan},
     )
-    findings = [f for f in config.findings if f in set(run.per_query["finding"])]
+    # evaluated findings, most queries first (the curves take the first few; see max_findings)
+    evaluated = set(run.per_query["finding"])
+    by_queries = run.tasks.sort_values("n_queries", ascending=False, kind="stable")
+    findings = [f for f in by_queries["finding"] if f in evaluated]
     common = dict(
         inv_temperature=config.inv_temperature,
         max_block_elements=config.max_block_elements,

@@ -160,7 +160,7 @@ def _curve_markdown(frame: pd.DataFrame, x: str) -> str:
     wide = avg.assign(cell=[f"{m:.3f}" for m in avg["mean"]]).pivot_table(
         index=x, columns="geometry", values="cell", aggfunc="first"
     )
-    return to_markdown(wide.rename_axis(None))
+    return to_markdown(wide.rename_axis("n anchors"))
 
 
 def _sections(report: EvaluationReport) -> list[tuple[str, str, Any]]:
