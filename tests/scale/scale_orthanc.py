@@ -89,8 +89,14 @@ class OrthancInNamespace:
         while os.readlink(f"/proc/{self.holder.pid}/ns/net") == own:  # unshare not done yet
             assert time.monotonic() < deadline, "unshare -n did not create a network namespace"
             time.sleep(0.01)
-        subprocess.run([*self._enter(), "ip", "link", "set", "lo", "up"], check=True, timeout=10)
-        self.start_server()
+        try:
+            subprocess.run(
+                [*self._enter(), "ip", "link", "set", "lo", "up"], check=True, timeout=10
+            )
+            self.start_server()
+        except BaseException:
+            self.stop()  # never leave a server or a namespace holder behind
+            raise
         return self
 
     def start_server(self) -> None:

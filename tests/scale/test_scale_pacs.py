@@ -42,8 +42,9 @@ def orthanc(tmp_path_factory):
     for i in range(BIG_STUDY_SIZE):
         files.append(fixtures.write_dx(root / "big" / f"{i}.dcm", 600 + i, size=48, study=500))
     files.append(fixtures.write_dx(root / "small.dcm", 700, size=48, study=700))
-    server = OrthancInNamespace(root).start()
+    server = OrthancInNamespace(root)
     try:
+        server.start()
         server.upload(files)
         server.start_tls_proxy()
         server.big_study = fixtures.uid(1, 500)
