@@ -109,8 +109,11 @@ class SearchService:
         anchors: AnchorProvider,
         encoder=None,
         config: SearchConfig | None = None,
+        audit=None,
     ):
         self.config = config or SearchConfig()
+        # optional chexretrieve.audit.AuditLog: every search is recorded with its user and results
+        self.audit = audit
         self._load_gallery = gallery
         self._gallery: Gallery | None = None
         self.anchors = anchors
@@ -136,7 +139,8 @@ class SearchService:
         return 100.0
 
     # ------------------------------------------------------------------------------ search
-    def search(self, request: SearchRequest) -> SearchResult:
+    def search(self, request: SearchRequest, user: str | None = None) -> SearchResult:
+        """Rank the gallery for ``request``; ``user`` names who asked, for the audit trail."""
         finding = canonical_finding(request.finding)
         spec = parse_geometry(request.geometry)
         top_k = self._top_k(request.top_k)
@@ -154,7 +158,7 @@ class SearchService:
             self._hit(rank, row, scores[row], gallery, finding, query, anchor_set, request.explain)
             for rank, row in enumerate(rows, start=1)
         )
-        return SearchResult(
+        result = SearchResult(
             finding=finding,
             geometry=spec.name,
             anchor_set=anchor_set.key,
@@ -162,6 +166,12 @@ class SearchService:
             hits=hits,
             candidates=candidates,
         )
+        if self.audit is not None:
+            study = None
+            if request.case_id is not None and "study_uid" in gallery.metadata:
+                study = gallery.metadata["study_uid"].get(int(request.case_id))
+            self.audit.search(user, request, result, query_study=study)
+        return result
 
     def gallery_scores(self, request: SearchRequest) -> tuple[np.ndarray, np.ndarray]:
         """(scores, eligible) over every gallery row: what ``search`` ranks, before the top-k cut.

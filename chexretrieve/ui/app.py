@@ -81,6 +81,16 @@ def _fail(exc: Exception) -> gr.Error:
     return gr.Error(esc(str(exc)), print_exception=False)
 
 
+def _who(request: gr.Request | None) -> str:
+    """For the audit trail: the signed-in user, else 'anonymous@<client address>'."""
+    if request is None:
+        return "anonymous"
+    if getattr(request, "username", None):
+        return str(request.username)
+    client = getattr(request, "client", None)
+    return f"anonymous@{getattr(client, 'host', None) or 'unknown'}"
+
+
 def _user_errors(fn):
     """Turn ValueError (bad input, unreadable file) into an escaped error toast."""
 
@@ -331,9 +341,9 @@ def build_app(
         def render(query, c, w):
             return CaseLookup.render_query(query, c, w)
 
-        def load_case(image_id, c, w):
+        def load_case(image_id, c, w, request: gr.Request):
             try:
-                query = lookup.load_case(image_id)
+                query = lookup.load_case(image_id, user=_who(request))
             except ValueError as exc:
                 raise _fail(exc) from None
             return (
@@ -384,13 +394,13 @@ def build_app(
                 top_k=config.top_k, text=text,
             )  # fmt: skip
 
-        def run_search(query, *rest):
+        def run_search(request: gr.Request, query, *rest):
             *widgets, relevant, not_relevant = rest
             if query is None:
                 return (gr.skip(),) * len(search_outputs)
             try:
                 settings = settings_from(*widgets)
-                cos, geo = lookup.search(query, settings, relevant, not_relevant)
+                cos, geo = lookup.search(query, settings, relevant, not_relevant, _who(request))
             except ValueError as exc:
                 raise _fail(exc) from None
             return (
@@ -434,12 +444,12 @@ def build_app(
 
         # ------------------------------------------------------ selection and explanation
         def select_result(which: int):
-            def handler(query, ids, fnd, key, geom, text, evt: gr.SelectData):
+            def handler(query, ids, fnd, key, geom, text, evt: gr.SelectData, request: gr.Request):
                 image_id = ids[which][evt.index]
                 settings = SearchSettings(finding=fnd, geometry=geom, anchor_set=key, text=text)
                 try:
                     markdown = lookup.explain(query, settings, image_id)
-                    details = lookup.result_details(image_id)
+                    details = lookup.result_details(image_id, user=_who(request))
                 except ValueError as exc:
                     raise _fail(exc) from None
                 return image_id, markdown, details
@@ -540,7 +550,9 @@ def build_app(
 
 
 def open_case_lookup(config: UIConfig) -> tuple[CaseLookup, CurationDesk]:
-    """Open the store and encoder named by ``config`` and build the handlers."""
+    """Open the store and encoder named by ``config`` and build the handlers (searches and
+    studies viewed are recorded in the audit trail, see chexretrieve.audit)."""
+    from chexretrieve.audit import open_audit_log
     from chexretrieve.ingest.commands import load_any_encoder
     from chexretrieve.search.config import SearchConfig
     from chexretrieve.search.service import SearchService
@@ -555,11 +567,13 @@ def open_case_lookup(config: UIConfig) -> tuple[CaseLookup, CurationDesk]:
             f"the archive holds no embeddings of encoder {encoder.encoder_id!r} (stored: {known}); "
             "ingest with that encoder first or pass --encoder"
         )
+    audit = open_audit_log()
     service = SearchService(
         lambda: gallery_from_store(store, encoder.encoder_id),
         StoreAnchorProvider(store, encoder, config.anchors_dir),
         encoder=encoder,
         config=SearchConfig(feature_cache_dir=config.feature_cache_dir),
+        audit=audit,
     )
     lookup = CaseLookup(
         service,
@@ -569,6 +583,7 @@ def open_case_lookup(config: UIConfig) -> tuple[CaseLookup, CurationDesk]:
         thumbnail_px=config.thumbnail_px,
         case_list_limit=config.case_list_limit,
         thumbnail_dir=config.feature_cache_dir / "thumbnails" if config.feature_cache_dir else None,
+        audit=audit,
     )
     curation = CurationDesk(config.anchors_dir, store, encoder, lambda: service.gallery)
     return lookup, curation

@@ -145,8 +145,12 @@ class CaseLookup:
         thumbnail_cache: int = 1024,
         read_threads: int = 2,
         thumbnail_dir: Path | None = None,
+        audit=None,
     ):
         self.service = service
+        # optional chexretrieve.audit.AuditLog: archived studies opened on screen are recorded
+        # (searches are recorded by the search service itself)
+        self.audit = audit
         self.store = store
         self.anchors_dir = anchors_dir
         self.reports_dir = Path(reports_dir)
@@ -276,7 +280,7 @@ class CaseLookup:
         resized = np.asarray(Image.fromarray(pixels).resize(size, method), dtype=np.float32)
         return np.clip(resized, 0.0, 1.0)
 
-    def load_case(self, image_id: int | float | str | None) -> QueryImage:
+    def load_case(self, image_id: int | float | str | None, user: str | None = None) -> QueryImage:
         """The archived case ``image_id`` as the query; ValueError when it is not archived."""
         if image_id is None or str(image_id).strip() == "":
             raise ValueError("enter an archived case id or pick one from the list")
@@ -285,6 +289,8 @@ class CaseLookup:
         except ValueError:
             raise ValueError(f"case id must be a whole number, not {image_id!r}") from None
         meta = self._metadata(image_id)
+        if self.audit is not None:
+            self.audit.view(user, image_id, meta.get("study_uid"), what="query")
         pixels = self._read_archived(image_id)
         notes: tuple[str, ...] = ()
         if pixels is None:
@@ -399,6 +405,7 @@ class CaseLookup:
         settings: SearchSettings,
         relevant=(),
         not_relevant=(),
+        user: str | None = None,
     ) -> tuple[RankingView, RankingView]:
         """(cosine ranking, ranking under the chosen geometry), with feedback applied to both."""
         if query is None:
@@ -406,7 +413,9 @@ class CaseLookup:
         if settings.geometry not in GEOMETRY_CHOICES:
             raise ValueError(f"unknown geometry {settings.geometry!r}")
         results = [
-            self.service.search(self._request(query, settings, geometry, relevant, not_relevant))
+            self.service.search(
+                self._request(query, settings, geometry, relevant, not_relevant), user=user
+            )
             for geometry in (REFERENCE_GEOMETRY, settings.geometry)
         ]
         self.prefetch_thumbnails(h.image_id for result in results for h in result.hits)
@@ -444,8 +453,11 @@ class CaseLookup:
             explanation, query.name, int(image_id), canonical_finding(settings.finding), key
         )
 
-    def result_details(self, image_id: int) -> str:
-        return details_html(f"Result: case {int(image_id)}", self._metadata(int(image_id)))
+    def result_details(self, image_id: int, user: str | None = None) -> str:
+        meta = self._metadata(int(image_id))
+        if self.audit is not None:
+            self.audit.view(user, int(image_id), meta.get("study_uid"), what="details")
+        return details_html(f"Result: case {int(image_id)}", meta)
 
     @staticmethod
     def feedback_text(relevant, not_relevant) -> str:

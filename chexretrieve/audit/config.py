@@ -1,0 +1,34 @@
+"""Settings of the audit trail (who searched, viewed or exported which studies, and when)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+#: environment variable naming the audit file (overrides the default location)
+AUDIT_ENV = "CHEXRETRIEVE_AUDIT_LOG"
+
+
+def default_audit_path() -> Path:
+    """``$CHEXRETRIEVE_AUDIT_LOG``, else ``$XDG_STATE_HOME/chexretrieve/audit.jsonl``."""
+    named = os.environ.get(AUDIT_ENV, "").strip()
+    if named:
+        return Path(named).expanduser()
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "chexretrieve" / "audit.jsonl"
+
+
+@dataclass(frozen=True)
+class AuditConfig:
+    # JSON-lines file the audit records are appended to; None = $CHEXRETRIEVE_AUDIT_LOG, else
+    # $XDG_STATE_HOME/chexretrieve/audit.jsonl (created with mode 0600)
+    path: Path | None = None
+    # write the audit trail at all (turning it off is for tests and benchmarks, not for clinics)
+    enabled: bool = True
+    # fsync after every record: survives a power cut, costs a disk flush per action
+    fsync: bool = False
+
+    @property
+    def resolved_path(self) -> Path:
+        return Path(self.path).expanduser() if self.path is not None else default_audit_path()
