@@ -27,7 +27,7 @@ def finding_slug(name: str) -> str:
 
 
 def canonical_finding(name: str) -> str:
-    """Accept 'Pleural Effusion', 'pleural effusion', 'pleural_effusion'; return the CheXpert name."""
+    """Accept 'Pleural Effusion', 'pleural effusion' or 'pleural_effusion'; return the name."""
     key = name.strip().lower().replace("-", "_").replace(" ", "_")
     if key not in _BY_KEY:
         raise ValueError(

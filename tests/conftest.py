@@ -1,7 +1,8 @@
 """Shared test configuration.
 
-Tests that need an external binary or service call ``require(...)``. Locally a missing one skips the
-test; in CI (``CHEXRETRIEVE_REQUIRE_SERVICES=1``, set by ``.ci/run``) it fails, so nothing is hidden.
+Tests that need an external binary or service call ``require(...)``. Locally a missing one skips
+the test; in CI (``CHEXRETRIEVE_REQUIRE_SERVICES=1``, set by ``.ci/run``) it fails, so nothing
+is hidden.
 """
 
 from __future__ import annotations
