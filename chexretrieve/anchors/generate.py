@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 
 from chexretrieve.anchors.anchor_set import AnchorSet, AnchorSource, anchors_root
@@ -78,6 +79,7 @@ ANSWER_SCHEMA: dict[str, Any] = {
     },
 }
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _REFUSAL = re.compile(r"^\s*(i'?m sorry|i am sorry|i can(?:'|no)t|i cannot|i won'?t|sorry,)", re.I)
 _FENCE = re.compile(r"```(?:json|python|py)?\s*\n(.*?)```", re.S)
 _RETRYABLE = (
@@ -109,13 +111,48 @@ def api_key_from_env(config: GenerationConfig) -> str:
     return key
 
 
+class _DeadlineTransport(httpx.HTTPTransport):
+    """Bounds a whole answer, not each read: a server that drips its body byte by byte is cut
+    off after ``seconds`` (httpx's own timeouts restart with every byte received)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        deadline = time.monotonic() + self.seconds
+        response = super().handle_request(request)
+        response.stream = _DeadlineStream(response.stream, deadline, request)
+        return response
+
+
+class _DeadlineStream(httpx.SyncByteStream):
+    def __init__(self, inner, deadline: float, request: httpx.Request) -> None:  # noqa: ANN001
+        self._inner, self._deadline, self._request = inner, deadline, request
+
+    def __iter__(self):  # noqa: ANN204
+        for chunk in self._inner:
+            if time.monotonic() > self._deadline:
+                raise httpx.ReadTimeout("the answer did not arrive in time", request=self._request)
+            yield chunk
+
+    def close(self) -> None:
+        self._inner.close()
+
+
 def make_client(config: GenerationConfig) -> openai.OpenAI:
-    """An OpenAI client for ``config.base_url`` with our own retry loop (client retries off)."""
+    """An OpenAI client for ``config.base_url`` with our own retry loop (client retries off), a
+    deadline on each whole answer, and no redirects followed (the endpoint is what was set)."""
     return openai.OpenAI(
         api_key=api_key_from_env(config),
         base_url=config.base_url,
         timeout=config.timeout_s,
         max_retries=0,
+        http_client=httpx.Client(
+            transport=_DeadlineTransport(config.timeout_s),
+            timeout=config.timeout_s,
+            follow_redirects=False,
+        ),
     )
 
 
@@ -277,6 +314,8 @@ def clean_sentences(
         clean = re.sub(r"^(?:\d+[.)]|[-*•])\s+", "", clean)
         if not clean:
             dropped.append((text, "empty"))
+        elif _CONTROL.search(clean):  # NUL, terminal escapes: nothing a report sentence holds
+            dropped.append((clean, "control characters"))
         elif len(clean) > validation.max_sentence_chars:
             dropped.append((clean, f"longer than {validation.max_sentence_chars} characters"))
         elif _normalise(clean) in seen:
@@ -284,11 +323,15 @@ def clean_sentences(
         else:
             seen.add(_normalise(clean))
             kept.append((clean, polarity))
+    if len(kept) > config.n:  # an endpoint that floods: keep what was asked for
+        dropped.extend((t, f"beyond the {config.n} requested") for t, _ in kept[config.n :])
+        kept = kept[: config.n]
     needed = max(1, int(round(config.n * config.min_kept_fraction)))
     if len(kept) < needed:
         raise GenerationError(
             f"only {len(kept)} usable sentences for {finding} (asked for {config.n}, need at least "
-            f"{needed}); {len(dropped)} dropped as empty, over-long or duplicate"
+            f"{needed}); {len(dropped)} dropped as empty, over-long, duplicate or holding control "
+            "characters"
         )
     polarities = {p for _, p in kept}
     if polarities != {"positive", "negative"}:
