@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).resolve().parent
-for helper_folder in (HERE, HERE.parent / "ingest"):  # our helpers, and the ingest tests' ones
+# our helpers, and the ingest and anchors tests' ones (imported, never copied)
+for helper_folder in (HERE, HERE.parent / "ingest", HERE.parent / "anchors"):
     if str(helper_folder) not in sys.path:
         sys.path.insert(0, str(helper_folder))
 
