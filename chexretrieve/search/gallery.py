@@ -63,6 +63,12 @@ class Gallery:
     def dim(self) -> int:
         return int(self.embeddings.shape[1])
 
+    def __contains__(self, image_id: object) -> bool:
+        try:
+            return int(image_id) in self._row_of  # type: ignore[attr-defined, arg-type]
+        except (TypeError, ValueError):
+            return False
+
     def row_of(self, image_id: int) -> int:
         """Row of an image id; ValueError naming the id when it is not in this gallery."""
         try:

@@ -132,6 +132,16 @@ class SearchService:
         """Reload the gallery (after an ingest); features recompute only if the archive changed."""
         self._gallery = None
 
+    def _gallery_for(self, request: SearchRequest, *image_ids: int) -> Gallery:
+        """The gallery, reloaded once when the request names an image ingested after it was
+        loaded (a case picked from the store while ingest is writing must not fail)."""
+        gallery = self.gallery
+        wanted = [request.case_id, *request.relevant, *request.not_relevant, *image_ids]
+        if any(i is not None and i not in gallery for i in wanted):
+            self.refresh()
+            gallery = self.gallery
+        return gallery
+
     @property
     def inv_temperature(self) -> float:
         if self.encoder is not None:
@@ -144,7 +154,7 @@ class SearchService:
         finding = canonical_finding(request.finding)
         spec = parse_geometry(request.geometry)
         top_k = self._top_k(request.top_k)
-        gallery = self.gallery
+        gallery = self._gallery_for(request)
         scores, mask, query, anchor_set = self._score_gallery(request, finding, spec, gallery)
         candidates = int(mask.sum())
         scores = np.where(mask, scores, -np.inf)
@@ -180,7 +190,7 @@ class SearchService:
         """
         finding = canonical_finding(request.finding)
         scores, mask, _, _ = self._score_gallery(
-            request, finding, parse_geometry(request.geometry), self.gallery
+            request, finding, parse_geometry(request.geometry), self._gallery_for(request)
         )
         return scores, mask
 
@@ -199,7 +209,7 @@ class SearchService:
 
     def explain(self, request: SearchRequest, result_id: int) -> Explanation:
         """Explain why ``result_id`` is close to the request's query for its finding."""
-        gallery = self.gallery
+        gallery = self._gallery_for(request, result_id)
         query, _ = self._query_embedding(request, gallery)
         anchor_set = self.anchors.anchor_set(canonical_finding(request.finding), request.anchor_set)
         other = gallery.embeddings[gallery.row_of(result_id)]

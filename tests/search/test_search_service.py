@@ -297,3 +297,27 @@ def test_gallery_scores_are_what_search_ranks(service):
     top = rows[np.argsort(-scores[rows], kind="stable")[:15]]
     result = service.search(request)
     assert [h.image_id for h in result.hits] == list(service.gallery.image_ids[top])
+
+
+def test_a_case_ingested_after_the_gallery_loaded_is_found(tmp_path):
+    rng = np.random.default_rng(2)
+    archives = [make_gallery(n=300), make_gallery(n=320)]
+    loads = []
+
+    def load():
+        loads.append(1)
+        return archives[min(len(loads), 2) - 1]
+
+    svc = SearchService(
+        load,
+        FakeAnchors(rng),
+        encoder=FakeEncoder(rng),
+        config=SearchConfig(feature_cache_dir=tmp_path / "f"),
+    )
+    svc.search(SearchRequest(finding="Edema", case_id=101))
+    assert len(loads) == 1
+    # image 410 arrived with the second load (ids 100..419): the service reloads once and finds it
+    result = svc.search(SearchRequest(finding="Edema", case_id=410, top_k=5))
+    assert len(loads) == 2 and len(result.hits) == 5
+    with pytest.raises(ValueError, match="case 5000 is not in the archive"):
+        svc.search(SearchRequest(finding="Edema", case_id=5000))
