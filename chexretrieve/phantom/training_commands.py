@@ -57,7 +57,7 @@ def zero_shot_command(
         None, "--weights", help="Phantom weights file (default: the bundled weights)."
     ),
     seed: int = typer.Option(0, "--seed", help="Seed of the phantom world."),
-    n: int = typer.Option(1500, "--n", help="Validation-split cases to score."),
+    n: int = typer.Option(3000, "--n", help="Validation-split cases to score."),
     size: int = typer.Option(320, "--size", help="Side of the generated phantoms in pixels."),
     device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:N."),
     out: Path | None = typer.Option(None, "--out", help="Also write the table to this .md file."),

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -111,7 +112,7 @@ def finding_aurocs(
 def evaluate_zero_shot(
     encoder: Encoder,
     seed: int = 0,
-    n_cases: int = 1500,
+    n_cases: int = 3000,
     config: PhantomConfig | None = None,
     progress: Callable[[int], None] | None = None,
     batch: int = 64,
@@ -163,7 +164,11 @@ def auroc_table(results: Sequence[FindingAuroc]) -> str:
 
 def describe_encoder(encoder: Any) -> str:
     """One line naming the encoder and where its weights came from."""
+    from chexretrieve.encoders.phantom import DEFAULT_PHANTOM_WEIGHTS
+
     source = getattr(encoder, "source", None)
+    if source is not None and Path(source).resolve() == DEFAULT_PHANTOM_WEIGHTS:
+        source = "the bundled chexretrieve/encoders/weights/phantom-v1.pt"
     return f"`{encoder.encoder_id}`" + (f" ({source})" if source else "")
 
 
@@ -188,9 +193,49 @@ def zero_shot_report(
         "the finding's name in lower case",
         "- labels: the report-derived CheXpert labels, 1 vs 0 (uncertain -1 and blank left out); "
         "truth: the generator's ground truth over every case",
+        f"- supervision: {supervision_note(provenance)}",
+        f"- generator: {generator_status(provenance)}",
         f"- reproduce: `{command}`",
         "",
         auroc_table(results),
         "",
     ]
     return "\n".join(lines)
+
+
+def generator_status(provenance: dict[str, Any]) -> str:
+    """Whether today's generator still draws the training phantoms the weights were trained on."""
+    from dataclasses import fields
+
+    from chexretrieve.phantom import generate_case
+    from chexretrieve.phantom.training import generator_fingerprint
+
+    recorded = provenance.get("generator_fingerprint")
+    world = provenance.get("generator", {})
+    if not recorded or "seed" not in world:
+        return "unknown (the weights record no generator fingerprint)"
+    names = {f.name for f in fields(PhantomConfig)}
+    config = PhantomConfig(**{k: v for k, v in world.items() if k in names})
+    seed = int(world["seed"])
+    cases = [generate_case(seed, i, config) for i in split_indices(seed, "train", 8, config)]
+    current = generator_fingerprint(cases)
+    if current == recorded:
+        return f"fingerprint {recorded}: today's generator draws the same training phantoms"
+    return (
+        f"CHANGED since training (fingerprint {recorded} then, {current} now): retrain with "
+        "`chexretrieve phantom train`"
+    )
+
+
+def supervision_note(provenance: dict[str, Any]) -> str:
+    """What the training saw besides report text, so the table is read for what it is."""
+    prompts = provenance.get("training_prompts")
+    weight = provenance.get("training", {}).get("prompt_loss_weight")
+    if not prompts or not weight:
+        return "report text only (CLIP loss)"
+    shown = "; ".join(f'"{p}" / "{n}"' for p, n in prompts)
+    return (
+        f"besides the report CLIP loss, a finding-prompt loss (weight {weight}) against the "
+        f"generator's truth with the pairs {shown}; the evaluation pair itself was never trained "
+        "on, so the table is zero-shot in its prompts, not in its supervision"
+    )

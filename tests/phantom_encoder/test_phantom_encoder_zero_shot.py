@@ -101,3 +101,22 @@ def test_validation_indices_are_the_validation_patients():
 def test_bad_split_requests_are_refused(split, count, message):
     with pytest.raises(ValueError, match=message):
         split_indices(0, split, count, PhantomConfig(size=64))
+
+
+def test_generator_status_tells_whether_the_training_phantoms_changed():
+    from dataclasses import asdict
+
+    from chexretrieve.phantom import generate_case
+    from chexretrieve.phantom.training import generator_fingerprint
+    from chexretrieve.phantom.zero_shot import generator_status
+
+    world = PhantomConfig(size=64, prevalence=2.0)
+    cases = [generate_case(1, i, world) for i in split_indices(1, "train", 8, world)]
+    provenance = {
+        "generator": {**asdict(world), "seed": 1, "split": "train"},
+        "generator_fingerprint": generator_fingerprint(cases),
+    }
+    assert "draws the same training phantoms" in generator_status(provenance)
+    provenance["generator_fingerprint"] = "0" * 16
+    assert "CHANGED since training" in generator_status(provenance)
+    assert "unknown" in generator_status({})

@@ -1,0 +1,65 @@
+"""The bundled phantom weights with the real frozen MiniLM text tower."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from chexretrieve.encoders.base import Encoder
+from chexretrieve.encoders.config import EncoderConfig
+from chexretrieve.encoders.phantom import DEFAULT_PHANTOM_WEIGHTS, load_phantom_encoder
+from chexretrieve.encoders.phantom_model import MiniLMSentenceEncoder, read_phantom_weights
+from chexretrieve.phantom import generate_case
+from chexretrieve.phantom.config import PhantomConfig
+from chexretrieve.phantom.training import PhantomTrainingConfig, training_record
+from chexretrieve.phantom.zero_shot import split_indices, zero_shot_scores
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    return MiniLMSentenceEncoder("cpu")
+
+
+@pytest.fixture(scope="module")
+def encoder(minilm):
+    return load_phantom_encoder(None, EncoderConfig(device="cpu"), minilm)
+
+
+def test_bundled_weights_are_small_and_record_how_to_reproduce_them():
+    assert DEFAULT_PHANTOM_WEIGHTS.stat().st_size <= 20 * 1024 * 1024
+    record, _ = read_phantom_weights(DEFAULT_PHANTOM_WEIGHTS)
+    # `chexretrieve phantom train` with its defaults rebuilds these weights
+    assert record["provenance"]["training"] == training_record(PhantomTrainingConfig())
+    assert record["provenance"]["generator"]["split"] == "train"
+
+
+def test_minilm_keeps_the_order_of_its_input(minilm):
+    texts = ["No pleural effusion.", "A", "Large right pleural effusion with a meniscus.", "A"]
+    together = minilm(texts, batch_size=2)
+    alone = torch.cat([minilm([text]) for text in texts])
+    assert together.shape == (4, 384)
+    assert torch.allclose(together, alone, atol=1e-5)
+    assert torch.allclose(together.norm(dim=1), torch.ones(4), atol=1e-5)
+
+
+def test_the_default_encoder_serves_the_protocol(encoder):
+    assert isinstance(encoder, Encoder)
+    assert encoder.encoder_id.startswith("phantom:") and len(encoder.encoder_id) == 20
+    assert 1.0 <= encoder.inv_temperature <= 100.0
+    texts = encoder.embed_texts(["pleural effusion", "no pleural effusion"])
+    assert texts.shape == (2, encoder.embed_dim)
+    assert np.allclose(np.linalg.norm(texts, axis=1), 1.0, atol=1e-5)
+    assert float(texts[0] @ texts[1]) < 0.9  # the projection separates a finding from its negation
+
+
+def test_forcing_a_finding_on_raises_its_zero_shot_score(encoder):
+    """Counterfactual pairs: the same phantom with the finding forced on and forced off."""
+    world = PhantomConfig(size=192)
+    indices = split_indices(0, "valid", 6, world)
+    for finding in ("Pleural Effusion", "Cardiomegaly"):
+        on = [generate_case(0, i, world, {finding: True}).image for i in indices]
+        off = [generate_case(0, i, world, {finding: False}).image for i in indices]
+        scores = zero_shot_scores(encoder, encoder.embed_images(on + off))[finding]
+        higher = scores[: len(indices)] > scores[len(indices) :]
+        assert higher.sum() >= len(indices) - 1, (finding, scores)
