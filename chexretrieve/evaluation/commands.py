@@ -148,7 +148,8 @@ def retrieval_command(
 
     from chexretrieve.evaluation import config as C
 
-    console = Console()
+    # a pipe or file gets wide lines instead of 80 columns of wrapped table cells
+    console = Console() if sys.stdout.isatty() else Console(width=200)
     if db and chexpert_root:
         raise typer.BadParameter("give either --db or --chexpert-root, not both")
     protocol = C.ProtocolConfig(
@@ -265,12 +266,16 @@ def _run_and_write(archive, views, plan, out, name, source, texts, console, show
     )
     report.settings["anchor_sets"] = list(texts.provenance)
     paths = write_report(report, out)
-    for title, (text, means) in (
-        ("Table 2: softmax anchor divergence − reference (AUPRC)", table2_frames(report)),
-        ("Table 3: anchor geometry − cosine (AUPRC)", table3_frames(report)),
+    for title, (text, means), compact in (
+        ("Table 2: softmax anchor divergence − reference (AUPRC)", table2_frames(report), False),
+        (
+            "Table 3: anchor geometry − cosine (AUPRC; intervals in the report)",
+            table3_frames(report),
+            True,
+        ),
     ):
         if not text.empty:
-            console.print(to_rich(text, means, title=title))
+            console.print(to_rich(text, means, title=title, compact=compact))
     for note in report.notes:
         console.print(f"[yellow]{note}[/]")
     if report.run is not None and report.run.skipped:

@@ -97,8 +97,16 @@ def _tables_and_curves(
             report.posterior = posterior_experiment(
                 archive, views, plan.posterior, protocol, intervals, findings, **common
             )
-    for frame in (report.budget, report.posterior):
-        if frame is not None:
+    for name, frame in (
+        ("Anchor budget", report.budget),
+        ("Posterior adaptation", report.posterior),
+    ):
+        if frame is not None and not frame.empty:
+            averaged = [f for f in dict.fromkeys(frame["finding"]) if f != "Average"]
+            report.notes.append(
+                f"{name} curves: {len(averaged)} findings averaged ({', '.join(averaged)}); "
+                "the cells of their bands are (checkpoint x random anchor draw)."
+            )
             report.notes += frame.attrs.get("skipped", [])
     return report
 

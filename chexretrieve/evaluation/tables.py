@@ -147,9 +147,18 @@ def to_html(text: pd.DataFrame, means: pd.DataFrame | None = None) -> str:
 _RICH_STYLE = {"better": "bold green", "worse": "bold red", "flat": "grey50"}
 
 
-def to_rich(text: pd.DataFrame, means: pd.DataFrame | None = None, title: str = ""):
-    """A rich Table for the terminal."""
+def to_rich(
+    text: pd.DataFrame, means: pd.DataFrame | None = None, title: str = "", compact: bool = False
+):
+    """A rich Table for the terminal; ``compact`` shows the means only (intervals in the report)."""
     from rich.table import Table
+
+    if compact and means is not None:
+        text = text.copy()
+        for col in means.columns:
+            text[col] = [
+                f"{v:+.3f}" if pd.notna(v) else "-" for v in means[col].reindex(text.index)
+            ]
 
     table = Table(title=title, show_lines=False)
     table.add_column("finding", style="bold")
