@@ -9,22 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from chexretrieve.findings import FINDINGS
+from chexretrieve.geometry import GEOMETRY_KINDS, POSTERIOR_KINDS
 
 #: every geometry the evaluation knows; ``posterior_*`` fit the broad corpus as prior first
-ALL_GEOMETRIES: tuple[str, ...] = (
-    "cosine",
-    "iti",
-    "softmax",
-    "gaussian",
-    "latent_gaussian",
-    "latent_spherical",
-    "gmm",
-    "movmf",
-    "posterior_gaussian",
-    "posterior_latent_gaussian",
-    "posterior_latent_spherical",
-    "posterior_gmm",
-)
+ALL_GEOMETRIES: tuple[str, ...] = GEOMETRY_KINDS + tuple(f"posterior_{k}" for k in POSTERIOR_KINDS)
 
 
 @dataclass(frozen=True)

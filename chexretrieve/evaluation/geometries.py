@@ -13,18 +13,9 @@ from typing import Any
 import numpy as np
 
 from chexretrieve.evaluation.config import ALL_GEOMETRIES
+from chexretrieve.geometry import GEOMETRY_KINDS, POSTERIOR_KINDS  # noqa: F401 (experiments imports it here)
 
-KINDS = (
-    "cosine",
-    "iti",
-    "softmax",
-    "gaussian",
-    "latent_gaussian",
-    "latent_spherical",
-    "gmm",
-    "movmf",
-)
-POSTERIOR_KINDS = ("gaussian", "latent_gaussian", "latent_spherical", "gmm")
+KINDS = GEOMETRY_KINDS
 #: mixture kinds and their default number of components (chexretrieve.geometry's default)
 MIXTURE_KINDS = ("gmm", "movmf")
 DEFAULT_COMPONENTS = 4
