@@ -66,8 +66,9 @@ def difference_forest(diffs: pd.DataFrame, reference: str, title: str):
             sub["mean"],
             y,
             xerr=err,
-            fmt="o",
+            fmt="s" if geometry.startswith("posterior_") else "o",  # posterior twins: squares
             ms=4,
+            mfc="white" if geometry.startswith("posterior_") else None,
             capsize=2,
             color=colour(geometry),
             label=f"{label(geometry)} − {label(reference)}",
