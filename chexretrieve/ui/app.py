@@ -590,9 +590,19 @@ def open_case_lookup(config: UIConfig) -> tuple[CaseLookup, CurationDesk]:
 
 
 def launch_app(app: gr.Blocks, config: UIConfig, block: bool = True):
-    """Launch with the safe settings: no share link, upload cap, no extra file paths."""
+    """Launch with the safe settings: no share link, upload cap, no extra file paths, no
+    FastAPI schema, uploads never served back, a bounded event queue (busy answer beyond it)."""
+    from starlette.middleware import Middleware
+
+    from chexretrieve.ui.web_guard import UploadsStayPrivate
+
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    app.queue(max_size=config.queue_size)
     return app.launch(
+        app_kwargs={
+            "openapi_url": None,  # FastAPI's /openapi.json is served without the login
+            "middleware": [Middleware(UploadsStayPrivate, blocks=app)],
+        },
         server_name=config.host,
         server_port=config.port,
         share=False,

@@ -51,6 +51,8 @@ class UIConfig:
     case_list_limit: int = 500
     # longest side in pixels of result thumbnails (the query is shown at up to 3x this)
     thumbnail_px: int = 256
+    # actions waiting in the server's event queue beyond which a new one gets a busy answer
+    queue_size: int = 32
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:
@@ -70,5 +72,7 @@ class UIConfig:
             raise ValueError(f"top_k must be between 1 and 100, got {self.top_k}")
         if self.case_list_limit < 1:
             raise ValueError(f"case_list_limit must be at least 1, got {self.case_list_limit}")
+        if self.queue_size < 1:
+            raise ValueError(f"queue_size must be at least 1, got {self.queue_size}")
         if not 32 <= self.thumbnail_px <= 1024:
             raise ValueError(f"thumbnail_px must be between 32 and 1024, got {self.thumbnail_px}")
