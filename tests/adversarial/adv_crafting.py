@@ -235,8 +235,9 @@ def deeply_nested(folder: Path, name: str, depth: int, syntax: str = "explicit")
         meta.is_little_endian, meta.is_implicit_VR = True, False
         write_file_meta_info(meta, ds.file_meta, enforce_standard=True)
         path = folder / name
-        path.write_bytes(b"\0" * 128 + b"DICM" + meta.getvalue()
-                         + compressor.compress(body) + compressor.flush())  # fmt: skip
+        path.write_bytes(
+            b"\0" * 128 + b"DICM" + meta.getvalue() + compressor.compress(body) + compressor.flush()
+        )
         source.unlink()
         return path
     else:
@@ -263,3 +264,78 @@ def with_vr(data: bytes, group: int, element: int, old_vr: bytes, new_vr: bytes)
     assert data.count(needle) == 1, f"({group:04X},{element:04X}) {old_vr!r} is not unique"
     position = data.find(needle)
     return data[: position + 4] + new_vr + data[position + 6 :]
+
+
+# ------------------------------------------------------------------------------ markup
+
+#: markup and template payloads; each sets window.__xss (or adds an element) if it ever runs
+MARKUP = (
+    "<script>window.__xss=1</script>",
+    "<img src=x onerror=window.__xss=2>",
+    '"><svg onload=window.__xss=3>',
+    "<b id=injected-b>bold</b>",
+    "<iframe srcdoc='<script>parent.__xss=5</script>'>",
+    "[link](javascript:window.__xss=6)",
+    "{{7*7}} ${7*7} | td | </td></tr></table>",
+    "javascript:window.__xss=4",
+)
+#: elements whose value the reader validates (UIDs, pixel module, dates, numbers): kept valid
+_KEEP = {
+    "SOPClassUID",
+    "SOPInstanceUID",
+    "StudyInstanceUID",
+    "SeriesInstanceUID",
+    "Modality",
+    "PhotometricInterpretation",
+    "SpecificCharacterSet",
+    "PatientAge",
+    "RescaleType",
+    "PresentationIntentType",
+    "PresentationLUTShape",
+    "VOILUTFunction",
+    "LossyImageCompression",
+    "BurnedInAnnotation",
+    "ImageType",
+    "PatientOrientation",
+}
+_FREE_TEXT_VRS = {"AE", "CS", "LO", "LT", "PN", "SH", "ST", "UC", "UT", "UR"}
+_EXTRA_TEXT = (
+    "StudyDescription",
+    "SeriesDescription",
+    "InstitutionName",
+    "ProtocolName",
+    "InstitutionalDepartmentName",
+    "OperatorsName",
+    "PerformingPhysicianName",
+    "AdditionalPatientHistory",
+    "ImageComments",
+    "DerivationDescription",
+    "RequestedProcedureDescription",
+    "PatientComments",
+)
+
+
+def markup_everywhere(path: Path, seed: int) -> list[str]:
+    """A valid radiograph whose every free-text element carries one of ``MARKUP``; returns the
+    keywords that were set."""
+    import warnings
+
+    from pydicom.datadict import dictionary_VR
+
+    source = write_small_radiograph(path, seed, size=48)
+    ds = pydicom.dcmread(source)
+    touched = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # values too long or odd for their VR, on purpose
+        for keyword in _EXTRA_TEXT:
+            ds.add_new(keyword, dictionary_VR(keyword), "x")
+        for index, elem in enumerate(e for e in ds.iterall() if e.VR in _FREE_TEXT_VRS):
+            if elem.keyword in _KEEP:
+                continue
+            elem.value = MARKUP[index % len(MARKUP)]
+            touched.append(elem.keyword or str(elem.tag))
+        ds.ViewPosition = "<svg onload=x>"  # shown in result tables; CS allows 16 characters
+        ds.BodyPartExamined = MARKUP[1]
+        ds.Manufacturer = MARKUP[0]
+        ds.save_as(path)
+    return touched
