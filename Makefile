@@ -28,6 +28,14 @@ lint: setup
 	$(PY) -m ruff check chexretrieve tests benchmarks
 	$(PY) -m ruff format --check chexretrieve tests benchmarks
 
+# the hardening suite (tests/adversarial): a table of cases tried / passed per category at the end,
+# the same numbers in test-artifacts/adversarial-summary.json
+adversarial: setup
+	mkdir -p test-artifacts
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
+	CHEXRETRIEVE_ADV_SUMMARY=test-artifacts/adversarial-summary.json \
+	$(PY) -m pytest tests/adversarial -q -p no:cacheprovider $(PYTEST_ARGS)
+
 format: setup
 	$(PY) -m ruff format chexretrieve tests benchmarks
 	$(PY) -m ruff check --fix chexretrieve tests benchmarks
