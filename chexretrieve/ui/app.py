@@ -113,9 +113,8 @@ def build_app(
     anchor_keys, anchor_default = lookup.anchor_set_choices(DEFAULT_FINDING)
     private = {"api_visibility": "private"}
 
-    with gr.Blocks(
-        title="chexretrieve · case lookup", fill_width=True, delete_cache=(3600, 3600)
-    ) as app:
+    purge = (min(config.upload_max_age_s, 60), config.upload_max_age_s)  # (every s, older than s)
+    with gr.Blocks(title="chexretrieve · case lookup", fill_width=True, delete_cache=purge) as app:
         gr.HTML(
             "<div class='cx-header'><h1>chexretrieve · case lookup</h1>"
             "<p>Prior chest radiographs that resemble a study with respect to one finding."

@@ -53,6 +53,9 @@ class UIConfig:
     thumbnail_px: int = 256
     # actions waiting in the server's event queue beyond which a new one gets a busy answer
     queue_size: int = 32
+    # seconds an uploaded file may stay in the server's upload folder before the purge deletes it
+    # (the purge runs every min(this, 60) s; uploads are also deleted once embedded)
+    upload_max_age_s: int = 3600
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:
@@ -72,6 +75,8 @@ class UIConfig:
             raise ValueError(f"top_k must be between 1 and 100, got {self.top_k}")
         if self.case_list_limit < 1:
             raise ValueError(f"case_list_limit must be at least 1, got {self.case_list_limit}")
+        if self.upload_max_age_s < 1:
+            raise ValueError(f"upload_max_age_s must be at least 1, got {self.upload_max_age_s}")
         if self.queue_size < 1:
             raise ValueError(f"queue_size must be at least 1, got {self.queue_size}")
         if not 32 <= self.thumbnail_px <= 1024:

@@ -94,7 +94,14 @@ def site(tmp_path_factory):
     app, base = ui_browser._launch(world, auth=(USER, PASSWORD), max_upload_mb=1, queue_size=QUEUE)
     secret = _secret_server()
     try:
-        yield {"root": root, "app": app, "base": base, "archive": archive, "secret": secret}
+        yield {
+            "root": root,
+            "db_url": db_url,
+            "app": app,
+            "base": base,
+            "archive": archive,
+            "secret": secret,
+        }
     finally:
         app.close(verbose=False)
         secret.shutdown()
@@ -277,10 +284,33 @@ def test_uploads_stay_private_are_capped_and_purged(site, cases):
         if p.is_file() and p.stat().st_size > 1_500_000
     ]
     cases.check("nothing over the cap left on disk", left == [], str(left))
-    delete_cache = getattr(site["app"], "delete_cache", None)
-    purge = delete_cache is not None and delete_cache[1] <= 3600
-    cases.check("cached uploads purged by age (delete_cache)", purge, str(delete_cache))
-    assert private and capped and left == [] and purge
+    assert private and capped and left == []
+
+
+def test_uploads_left_on_the_server_are_purged_by_age(site, cases):
+    """An upload never used by an action stays only until ``UIConfig.upload_max_age_s``."""
+    world = {"root": site["root"], "db_url": site["db_url"]}
+    app, base = ui_browser._launch(world, auth=(USER, PASSWORD), upload_max_age_s=2)
+    try:
+        client = _client({"base": base})
+        data = (site["archive"] / "c03.dcm").read_bytes()
+        answer = client.post(
+            "gradio_api/upload", files={"files": ("left.dcm", data, "application/dicom")}
+        )
+        path = answer.json()[0]
+        stored_at_first = os.path.exists(path)
+        deadline = time.monotonic() + 30
+        while os.path.exists(path) and time.monotonic() < deadline:
+            time.sleep(0.25)
+        purged = stored_at_first and not os.path.exists(path)
+        cases.check(
+            "an unused upload is deleted from disk after upload_max_age_s (2 s here)",
+            purged,
+            f"stored at first: {stored_at_first}, still there after 30 s: {os.path.exists(path)}",
+        )
+        assert purged
+    finally:
+        app.close(verbose=False)
 
 
 def _multipart_stream(boundary: str, name: str, body):  # noqa: ANN001, ANN202
