@@ -70,7 +70,12 @@ def _parse_value(text: str) -> Any:
 
 def parse_geometry(spec: str) -> GeometrySpec:
     """'gmm:n_components=4' -> GeometrySpec(kind='gmm', options={'n_components': 4})."""
-    head, _, tail = spec.strip().partition(":")
+    head, sep, tail = spec.strip().partition(":")
+    if head.endswith("_posterior") and f"posterior_{head.removesuffix('_posterior')}" in (
+        ALL_GEOMETRIES
+    ):  # the search service's spelling ("gaussian_posterior") names the same geometry
+        head = f"posterior_{head.removesuffix('_posterior')}"
+        spec = head + sep + tail
     if head not in ALL_GEOMETRIES:
         raise ValueError(f"unknown geometry {head!r}; choose from {', '.join(ALL_GEOMETRIES)}")
     posterior = head.startswith("posterior_")

@@ -38,8 +38,13 @@ class GeometrySpec:
 
 
 def parse_geometry(name: str) -> GeometrySpec:
-    """'softmax' -> softmax; 'gaussian_posterior' -> adapted Gaussian; anything else: ValueError."""
+    """'softmax' -> softmax; 'gaussian_posterior' -> adapted Gaussian; anything else: ValueError.
+
+    The evaluation's spelling 'posterior_gaussian' is accepted as the same geometry.
+    """
     key = name.strip().lower().replace("-", "_")
+    if key.startswith("posterior_") and key.removeprefix("posterior_") in POSTERIOR_GEOMETRIES:
+        key = f"{key.removeprefix('posterior_')}_posterior"
     if key not in GEOMETRY_CHOICES:
         raise ValueError(f"unknown geometry {name!r}; choose one of: {', '.join(GEOMETRY_CHOICES)}")
     if key.endswith("_posterior"):

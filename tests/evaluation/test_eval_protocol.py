@@ -88,3 +88,14 @@ def test_bad_inputs_name_the_problem():
     no_view = LabelledArchive(archive.image_ids, archive.splits, archive.labels[["Edema"]])
     with pytest.raises(ValueError, match="no view column"):
         finding_task(no_view, "Edema", ProtocolConfig(frontal_only=True))
+
+
+def test_geometry_specs_accept_the_search_spelling_of_posteriors():
+    from chexretrieve.evaluation.geometries import parse_geometry
+
+    spec = parse_geometry("gmm_posterior:n_components=2")
+    assert (spec.name, spec.kind, spec.posterior) == ("posterior_gmm:n_components=2", "gmm", True)
+    assert spec.options == {"n_components": 2}
+    assert parse_geometry("posterior_gaussian") == parse_geometry("gaussian_posterior")
+    with pytest.raises(ValueError, match="unknown geometry 'movmf_posterior'"):
+        parse_geometry("movmf_posterior")

@@ -286,6 +286,11 @@ def test_bad_finding_and_filters(service):
     with pytest.raises(ValueError, match="sex filter"):
         SearchFilters(sex="X")
     assert parse_geometry("Gaussian-Posterior").posterior
+    # the evaluation's spelling names the same geometry; a posterior of a kind without one does not
+    same = parse_geometry("latent_gaussian_posterior")
+    assert parse_geometry("posterior_latent_gaussian") == same
+    with pytest.raises(ValueError, match="unknown geometry 'posterior_movmf'"):
+        parse_geometry("posterior_movmf")
 
 
 def test_gallery_scores_are_what_search_ranks(service):
