@@ -30,7 +30,5 @@ def canonical_finding(name: str) -> str:
     """Accept 'Pleural Effusion', 'pleural effusion' or 'pleural_effusion'; return the name."""
     key = name.strip().lower().replace("-", "_").replace(" ", "_")
     if key not in _BY_KEY:
-        raise ValueError(
-            f"unknown finding {name!r}; expected one of: {', '.join(FINDINGS)}"
-        )
+        raise ValueError(f"unknown finding {name!r}; expected one of: {', '.join(FINDINGS)}")
     return _BY_KEY[key]
