@@ -7,6 +7,7 @@ archive or anchor set makes a new key: stale features are never served.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import threading
@@ -77,6 +78,7 @@ class FeatureCache:
         self._memory: OrderedDict[str, object] = OrderedDict()  # feature blocks
         self._geometries: OrderedDict[str, object] = OrderedDict()
         self._lock = threading.Lock()
+        self._pending: dict[str, threading.Lock] = {}  # key -> lock held while it is computed
         self.computed = 0  # gallery feature blocks computed (not loaded): tests and logs read it
 
     def _recall(self, lru: OrderedDict, key: str) -> object | None:
@@ -85,6 +87,18 @@ class FeatureCache:
             if value is not None:
                 lru.move_to_end(key)
             return value
+
+    @contextlib.contextmanager
+    def _computing(self, key: str):
+        """One thread computes ``key`` while the others asking for it wait, then recall it (a
+        reloaded gallery must not make twenty concurrent searches fit and score it twenty times)."""
+        with self._lock:
+            pending = self._pending.setdefault(key, threading.Lock())
+        with pending:
+            yield
+        with self._lock:
+            if self._pending.get(key) is pending:
+                del self._pending[key]
 
     def _remember(self, lru: OrderedDict, key: str, value: object, capacity: int) -> None:
         with self._lock:
@@ -114,21 +128,32 @@ class FeatureCache:
         cached = self._recall(self._geometries, key)
         if cached is not None:
             return cached, key
-        options = {"seed": seed} if spec.kind in ("gmm", "movmf") else {}
-        geom = fit_geometry(
-            spec.kind,
-            None if spec.kind == "cosine" else anchors,
-            inv_temperature=inv_temperature,
-            prior=prior_matrix,
-            **options,
-        )
-        self._remember(self._geometries, key, geom, self.GEOMETRIES_PER_ENTRY * self.entries)
+        with self._computing(key):
+            cached = self._recall(self._geometries, key)  # fitted while this one waited
+            if cached is not None:
+                return cached, key
+            options = {"seed": seed} if spec.kind in ("gmm", "movmf") else {}
+            geom = fit_geometry(
+                spec.kind,
+                None if spec.kind == "cosine" else anchors,
+                inv_temperature=inv_temperature,
+                prior=prior_matrix,
+                **options,
+            )
+            self._remember(self._geometries, key, geom, self.GEOMETRIES_PER_ENTRY * self.entries)
         return geom, key
 
     def gallery_features(self, geometry, geometry_key: str, fingerprint: str, embeddings):
         """Features of every gallery row under the geometry: memory, then disk, then computed."""
         key = "feat:" + _digest(geometry_key, fingerprint)
         cached = self._recall(self._memory, key)
+        if cached is not None:
+            return cached
+        with self._computing(key):
+            return self._load_or_compute_features(key, geometry, embeddings)
+
+    def _load_or_compute_features(self, key: str, geometry, embeddings):
+        cached = self._recall(self._memory, key)  # computed while this one waited
         if cached is not None:
             return cached
         path = self.folder / f"{key[5:]}.npy" if self.folder else None

@@ -12,6 +12,7 @@ this is the score of the Rocchio-moved query, computed from cached features alon
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -116,6 +117,7 @@ class SearchService:
         self.audit = audit
         self._load_gallery = gallery
         self._gallery: Gallery | None = None
+        self._gallery_lock = threading.Lock()
         self.anchors = anchors
         self.encoder = encoder
         folder = self.config.feature_cache_dir or default_cache_folder()
@@ -124,23 +126,42 @@ class SearchService:
     # ----------------------------------------------------------------------------- gallery
     @property
     def gallery(self) -> Gallery:
-        if self._gallery is None:
-            self._gallery = self._load_gallery()
-        return self._gallery
+        gallery = self._gallery
+        if gallery is not None:
+            return gallery
+        with self._gallery_lock:  # one load at a time: concurrent searches wait for it
+            if self._gallery is None:
+                self._gallery = self._load_gallery()
+            return self._gallery
 
     def refresh(self) -> None:
         """Reload the gallery (after an ingest); features recompute only if the archive changed."""
-        self._gallery = None
+        with self._gallery_lock:
+            self._gallery = None
+
+    def gallery_containing(self, *image_ids: int | None) -> Gallery:
+        """The gallery, reloaded once when it lacks one of ``image_ids`` (an image ingested after
+        it was loaded: a case picked from the store while ingest is writing must not fail).
+
+        Loads are serialised and each starts after the one before it ended, so the gallery held
+        only grows; a request whose id is still missing after its own reload gets the usual
+        "case N is not in the archive" error from the gallery.
+        """
+        wanted = [int(i) for i in image_ids if i is not None]
+        gallery = self.gallery
+        if all(i in gallery for i in wanted):
+            return gallery
+        with self._gallery_lock:
+            current = self._gallery
+            if current is not None and current is not gallery and all(i in current for i in wanted):
+                return current  # another request reloaded it meanwhile
+            self._gallery = self._load_gallery()  # started after the miss: sees those commits
+            return self._gallery
 
     def _gallery_for(self, request: SearchRequest, *image_ids: int) -> Gallery:
-        """The gallery, reloaded once when the request names an image ingested after it was
-        loaded (a case picked from the store while ingest is writing must not fail)."""
-        gallery = self.gallery
-        wanted = [request.case_id, *request.relevant, *request.not_relevant, *image_ids]
-        if any(i is not None and i not in gallery for i in wanted):
-            self.refresh()
-            gallery = self.gallery
-        return gallery
+        return self.gallery_containing(
+            request.case_id, *request.relevant, *request.not_relevant, *image_ids
+        )
 
     @property
     def inv_temperature(self) -> float:

@@ -188,7 +188,7 @@ class CaseLookup:
         return sorted(v for v in views.unique() if v.strip())
 
     def _metadata(self, image_id: int) -> dict:
-        gallery = self.gallery
+        gallery = self.service.gallery_containing(image_id)  # a result ingested a moment ago
         gallery.row_of(image_id)  # ValueError naming the id when unknown
         return gallery.metadata.loc[int(image_id)].to_dict()
 
@@ -208,7 +208,7 @@ class CaseLookup:
         """Where a thumbnail persists: named by id, pixel hash and size (never stale)."""
         if self.thumbnail_dir is None:
             return None
-        digest = self.gallery.metadata.loc[image_id].get("pixel_sha256")
+        digest = self._metadata(image_id).get("pixel_sha256")
         if not isinstance(digest, str) or not digest:
             return None
         return self.thumbnail_dir / f"{image_id}-{digest[:16]}-{self.thumbnail_px}.png"

@@ -326,3 +326,53 @@ def test_a_case_ingested_after_the_gallery_loaded_is_found(tmp_path):
     assert len(loads) == 2 and len(result.hits) == 5
     with pytest.raises(ValueError, match="case 5000 is not in the archive"):
         svc.search(SearchRequest(finding="Edema", case_id=5000))
+
+
+def test_concurrent_searches_after_a_reload_load_and_compute_once(tmp_path):
+    """Twenty searches racing on a refreshed service: one gallery load, one geometry fit and one
+    feature block; twenty racing for a case ingested after the load: one reload, all find it."""
+    import threading
+    import time
+
+    rng = np.random.default_rng(3)
+    archives = [make_gallery(n=300), make_gallery(n=340)]
+    loads = []
+
+    def load():
+        loads.append(1)
+        time.sleep(0.05)  # a database read: long enough for the others to pile up
+        return archives[min(len(loads), 2) - 1]
+
+    svc = SearchService(
+        load,
+        FakeAnchors(rng),
+        encoder=FakeEncoder(rng),
+        config=SearchConfig(feature_cache_dir=tmp_path / "f"),
+    )
+    errors, sizes = [], []
+
+    def race(case_id: int) -> None:
+        start = threading.Barrier(20)
+
+        def user() -> None:
+            start.wait()
+            try:
+                svc.search(SearchRequest(finding="Edema", geometry="gaussian", case_id=case_id))
+                sizes.append(len(svc.gallery))
+            except Exception as exc:  # noqa: BLE001 - collected and asserted below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=user) for _ in range(20)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    race(101)
+    assert errors == []
+    assert len(loads) == 1 and svc.cache.computed == 1
+    race(430)  # image 430 is in the second archive only (ids 100..439)
+    assert errors == [] and len(loads) == 2
+    assert sizes[-20:] == [340] * 20
+    with pytest.raises(ValueError, match="case 5000 is not in the archive"):
+        svc.gallery_containing(5000).row_of(5000)
