@@ -42,17 +42,28 @@ RANGE_TOLERANCE = 1e-4
 
 def check_greyscale_images(images: Sequence[np.ndarray]) -> list[np.ndarray]:
     """The images as 2-D float32 arrays in [0, 1]; ValueError naming the first bad one and why."""
-    if isinstance(images, np.ndarray) and images.ndim == 2:
+    return _checked_images(images, colour=False)
+
+
+def check_rgb_images(images: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """The images as (rows, columns, 3) float32 arrays in [0, 1]; ValueError naming the first bad
+    one and why (encoders that keep colour offer ``embed_rgb_images``)."""
+    return _checked_images(images, colour=True)
+
+
+def _checked_images(images: Sequence[np.ndarray], colour: bool) -> list[np.ndarray]:
+    method, ndim = ("embed_rgb_images", 3) if colour else ("embed_images", 2)
+    expected = "(rows, columns, 3) RGB arrays" if colour else "2-D greyscale arrays (rows, columns)"
+    if isinstance(images, np.ndarray) and images.ndim == ndim:
         raise ValueError(
-            "embed_images takes a sequence of 2-D images; wrap a single image in a list"
+            f"{method} takes a sequence of {ndim}-D images; wrap a single image in a list"
         )
     checked = []
     for index, image in enumerate(images):
         array = np.asarray(image)
-        if array.ndim != 2:
+        if array.ndim != ndim or (colour and array.shape[-1] != 3):
             raise ValueError(
-                f"image {index} has shape {array.shape}: encoders take 2-D greyscale arrays "
-                "(rows, columns) in [0, 1]"
+                f"image {index} has shape {array.shape}: {method} takes {expected} in [0, 1]"
             )
         if min(array.shape) < 1:
             raise ValueError(f"image {index} is empty (shape {array.shape})")

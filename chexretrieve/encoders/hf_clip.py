@@ -4,7 +4,8 @@ The folder holds ``config.json``, the weights (``model.safetensors`` or ``pytorc
 sharded), the image processor's ``preprocessor_config.json`` and the tokenizer files, as written by
 ``save_pretrained``. Everything is read with ``local_files_only=True``: nothing is downloaded.
 Greyscale images in [0, 1] become 8-bit RGB images (the grey value in all three channels) and go
-through the folder's own image processor.
+through the folder's own image processor; ``embed_rgb_images`` takes colour images (natural-image
+evaluation) through the same path.
 """
 
 from __future__ import annotations
@@ -17,7 +18,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from chexretrieve.encoders.base import EncoderError, check_greyscale_images, check_texts, unit_rows
+from chexretrieve.encoders.base import (
+    EncoderError,
+    check_greyscale_images,
+    check_rgb_images,
+    check_texts,
+    unit_rows,
+)
 from chexretrieve.encoders.checkpoint import hash_files
 from chexretrieve.encoders.config import EncoderConfig
 from chexretrieve.encoders.device import inference_context, resolve_batch_size, select_device
@@ -28,10 +35,15 @@ WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin")
 
 def greyscale_to_rgb(image: np.ndarray):
     """A PIL RGB image with the grey value (rounded to 8 bits) in all three channels."""
+    grey = np.asarray(image, dtype=np.float32)
+    return rgb_to_pil(np.repeat(grey[:, :, None], 3, axis=2))
+
+
+def rgb_to_pil(image: np.ndarray):
+    """A PIL RGB image of a (rows, columns, 3) float image in [0, 1], rounded to 8 bits."""
     from PIL import Image
 
-    grey = np.rint(np.asarray(image, dtype=np.float32) * 255.0).astype(np.uint8)
-    return Image.fromarray(np.repeat(grey[:, :, None], 3, axis=2), mode="RGB")
+    return Image.fromarray(np.rint(np.asarray(image, np.float32) * 255.0).astype(np.uint8), "RGB")
 
 
 def _pooled(output: object) -> torch.Tensor:
@@ -67,10 +79,19 @@ class HuggingFaceClipEncoder:
         return f"HuggingFaceClipEncoder({self.encoder_id}, {self.folder}, device={self.device})"
 
     def embed_images(self, images: Sequence[np.ndarray]) -> np.ndarray:
-        images = check_greyscale_images(images)
+        """Unit embeddings of 2-D greyscale images in [0, 1] (radiographs)."""
+        return self._embed_pil(
+            [greyscale_to_rgb(image) for image in check_greyscale_images(images)]
+        )
+
+    def embed_rgb_images(self, images: Sequence[np.ndarray]) -> np.ndarray:
+        """Unit embeddings of (rows, columns, 3) colour images in [0, 1] (natural images)."""
+        return self._embed_pil([rgb_to_pil(image) for image in check_rgb_images(images)])
+
+    def _embed_pil(self, images: list) -> np.ndarray:
         out = np.zeros((len(images), self.embed_dim), dtype=np.float32)
         for start in range(0, len(images), self.batch_size):
-            chunk = [greyscale_to_rgb(image) for image in images[start : start + self.batch_size]]
+            chunk = images[start : start + self.batch_size]
             pixels = self.image_processor(images=chunk, return_tensors="pt")["pixel_values"]
             with inference_context(self.device, self.config.use_autocast):
                 features = _pooled(

@@ -65,6 +65,27 @@ def test_greyscale_becomes_rgb_for_the_processor(hf_encoder) -> None:
     assert np.allclose(hf_encoder.embed_images(images), expected, atol=1e-6)
 
 
+def test_colour_images_keep_their_colour(hf_encoder) -> None:
+    grey = _images()
+    as_colour = [np.repeat(g[:, :, None], 3, axis=2) for g in grey]
+    # a grey image given as colour is the same image
+    assert np.allclose(hf_encoder.embed_rgb_images(as_colour), hf_encoder.embed_images(grey))
+    rng = np.random.default_rng(5)
+    colour = [rng.random((30, 30, 3), dtype=np.float32) for _ in range(2)]
+    swapped = [c[:, :, ::-1] for c in colour]  # red and blue exchanged: a different picture
+    a, b = hf_encoder.embed_rgb_images(colour), hf_encoder.embed_rgb_images(swapped)
+    assert a.shape == (2, 16) and np.allclose(np.linalg.norm(a, axis=1), 1, atol=1e-6)
+    assert not np.allclose(a, b, atol=1e-4)
+    for bad, message in [
+        ([grey[0]], r"shape \(50, 40\): embed_rgb_images takes \(rows, columns, 3\)"),
+        ([np.zeros((4, 4, 4), np.float32)], r"shape \(4, 4, 4\)"),
+        ([colour[0] * 2], r"values in \[.*\]: encoders take images scaled to \[0, 1\]"),
+        (colour[0], "wrap a single image in a list"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            hf_encoder.embed_rgb_images(bad)
+
+
 def test_batch_size_changes_nothing(hf_encoder, hf_folder) -> None:
     single = load_encoder(f"hf-clip:{hf_folder}", EncoderConfig(batch_size=1))
     assert np.allclose(
