@@ -15,7 +15,8 @@ and keeps the 2d + 1 layout.
 Posterior GMM (Dirichlet–NIW): fit the broad anchors, take each broad component as an NIW prior
 (μ0,m = μ_m, Ψ0,m = (ν0 − d − 1) Σ_m, κ0 = 5, ν0 = d + 20), reset the weights to Dir(α = 1), soft-
 assign the targets with the broad responsibilities r_im and update every component with
-N_m = Σ_i r_im in place of n; π̂_m ∝ α + N_m, Σ̂_m = Ψ'_m/(ν'_m − d − 1).
+N_m = Σ_i r_im in place of n; π̂_m ∝ α + N_m, Σ̂_m = Ψ'_m/(ν'_m − d − 1). The broad fit is kept
+in memory (the last four distinct ones) and reused by later posterior fits on the same corpus.
 
 moVMF. q = Σ_m π_m vMF(μ_m, κ_m) on the sphere. A vMF has CGF log C_d(κ) − log C_d(‖κμ + η‖), so
 κ_q(η) = log Σ_m π_m C_d(κ_m)/C_d(‖v_m‖), v_m = κ_m μ_m + η, and
@@ -28,6 +29,10 @@ total responsibility falls below 1e-10·N are dropped.
 """
 
 from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
 
 import numpy as np
 from scipy.special import logsumexp
@@ -45,6 +50,34 @@ from chexretrieve.geometry.checks import (
     numerical_rank,
 )
 from chexretrieve.geometry.gaussian import check_nu0, descending_eigh, mean_and_scatter, niw_update
+
+#: broad-prior EM fits kept for reuse: fitting the same broad corpus again for every finding's
+#: posterior GMM gives the same mixture (EM is deterministic for the seed), so it is done once
+_BROAD_FITS: OrderedDict[tuple, object] = OrderedDict()
+_BROAD_FITS_LOCK = threading.Lock()
+_BROAD_FITS_KEPT = 4
+
+
+def _fit_mixture(points: np.ndarray, remember: bool, **settings):
+    """scikit-learn's full-covariance GaussianMixture fitted to ``points``; with ``remember`` an
+    identical earlier fit (same bytes, same settings) is returned instead of fitting again."""
+    from sklearn.mixture import GaussianMixture  # imported here: heavy, and only for fitting
+
+    key = None
+    if remember:
+        digest = hashlib.sha256(np.ascontiguousarray(points).tobytes()).hexdigest()
+        key = (digest, points.shape, tuple(sorted(settings.items())))
+        with _BROAD_FITS_LOCK:
+            if key in _BROAD_FITS:
+                _BROAD_FITS.move_to_end(key)
+                return _BROAD_FITS[key]
+    mixture = GaussianMixture(covariance_type="full", init_params="kmeans", **settings).fit(points)
+    if key is not None:
+        with _BROAD_FITS_LOCK:
+            _BROAD_FITS[key] = mixture
+            while len(_BROAD_FITS) > _BROAD_FITS_KEPT:
+                _BROAD_FITS.popitem(last=False)
+    return mixture
 
 
 def _check_components(n_components, available: int, what: str) -> int:
@@ -86,17 +119,15 @@ class GaussianMixtureGeometry(BregmanGeometry):
         fit_on = anchors if prior is None else prior.astype(np.float64)
         what = "anchors" if prior is None else "broad (prior) anchors"
         n_components = _check_components(n_components, _distinct_count(fit_on), f"distinct {what}")
-        from sklearn.mixture import GaussianMixture  # imported here: heavy, and only for fitting
-
-        mixture = GaussianMixture(
+        mixture = _fit_mixture(
+            fit_on,
+            remember=prior is not None,
             n_components=n_components,
-            covariance_type="full",
             reg_covar=check_positive_float(reg_covar, "reg_covar", allow_zero=True),
             tol=check_positive_float(tol, "tol"),
             max_iter=check_positive_int(max_iter, "max_iter"),
-            init_params="kmeans",
             random_state=int(seed),
-        ).fit(fit_on)
+        )
         #: EM diagnostics of the (broad) fit
         self.converged, self.n_iter = bool(mixture.converged_), int(mixture.n_iter_)
         if prior is None:

@@ -89,6 +89,33 @@ def test_posterior_gmm_follows_the_dirichlet_niw_update():
         )
 
 
+def test_posterior_gmm_fits_the_broad_corpus_once(monkeypatch):
+    """Posterior GMMs of different findings share one broad EM fit; any change of the corpus or of
+    the EM settings fits again, and a reused fit gives exactly what a fresh one gives."""
+    from sklearn.mixture import GaussianMixture
+
+    import chexretrieve.geometry.mixtures as mixtures
+
+    monkeypatch.setattr(mixtures, "_BROAD_FITS", type(mixtures._BROAD_FITS)())
+    fits = []
+    original = GaussianMixture.fit
+    monkeypatch.setattr(GaussianMixture, "fit", lambda self, x: fits.append(1) or original(self, x))
+    rng = np.random.default_rng(34)
+    broad = clustered_unit_rows(rng, 150, 6, 3, 0.2)
+    targets = [clustered_unit_rows(rng, 8, 6, 2, 0.2) for _ in range(3)]
+    first = [fit_geometry("gmm", t, prior=broad, n_components=3, seed=2) for t in targets]
+    assert len(fits) == 1
+    fit_geometry("gmm", targets[0], prior=broad, n_components=2, seed=2)
+    fit_geometry("gmm", targets[0], prior=broad[1:], n_components=3, seed=2)
+    fit_geometry("gmm", targets[0], n_components=2, seed=2)  # target-only fits are never kept
+    fit_geometry("gmm", targets[0], n_components=2, seed=2)
+    assert len(fits) == 5
+    mixtures._BROAD_FITS.clear()
+    again = fit_geometry("gmm", targets[2], prior=broad, n_components=3, seed=2)
+    np.testing.assert_array_equal(again.covariances, first[2].covariances)
+    np.testing.assert_array_equal(again.weights, first[2].weights)
+
+
 def test_posterior_gmm_tends_to_the_prior_and_to_the_target_fit():
     rng = np.random.default_rng(34)
     dim = 4
