@@ -27,3 +27,20 @@ class SearchConfig:
     feedback_irrelevant_weight: float = 0.25
     # explanation: anchor sentences listed per result
     explanation_anchors: int = 5
+    # ranking of large galleries: "none" = the exact matrix product over every row; "exact",
+    # "hnsw" or "ivf" = a chexretrieve.ann index per geometry and archive (AnnConfig defaults),
+    # built by the first search that needs it; relevance-feedback searches always rank exactly
+    index_kind: str = "none"
+    # galleries with fewer rows than this are ranked exactly even when index_kind is set
+    index_min_gallery: int = 50_000
+
+    def __post_init__(self) -> None:
+        kinds = ("none", "exact", "hnsw", "ivf")
+        if self.index_kind not in kinds:
+            raise ValueError(
+                f"unknown index kind {self.index_kind!r}; choose one of: {', '.join(kinds)}"
+            )
+        if self.index_min_gallery < 0:
+            raise ValueError(
+                f"index_min_gallery must be 0 or positive, got {self.index_min_gallery}"
+            )

@@ -77,6 +77,7 @@ class FeatureCache:
         self.entries = max(1, entries)
         self._memory: OrderedDict[str, object] = OrderedDict()  # feature blocks
         self._geometries: OrderedDict[str, object] = OrderedDict()
+        self._indexes: OrderedDict[str, object] = OrderedDict()  # ANN indexes, memory only
         self._lock = threading.Lock()
         self._pending: dict[str, threading.Lock] = {}  # key -> lock held while it is computed
         self.computed = 0  # gallery feature blocks computed (not loaded): tests and logs read it
@@ -151,6 +152,22 @@ class FeatureCache:
             return cached
         with self._computing(key):
             return self._load_or_compute_features(key, geometry, embeddings)
+
+    def gallery_index(self, geometry, geometry_key: str, fingerprint: str, features, kind: str):
+        """A ``chexretrieve.ann`` index of ``kind`` over the gallery features (memory only)."""
+        key = "index:" + _digest(geometry_key, fingerprint, kind)
+        cached = self._recall(self._indexes, key)
+        if cached is not None:
+            return cached
+        with self._computing(key):
+            cached = self._recall(self._indexes, key)
+            if cached is not None:
+                return cached
+            from chexretrieve.ann import AnnConfig, build_index  # FAISS: only when asked for
+
+            index = build_index(geometry, features, config=AnnConfig(kind=kind))
+            self._remember(self._indexes, key, index, self.entries)
+        return index
 
     def _load_or_compute_features(self, key: str, geometry, embeddings):
         cached = self._recall(self._memory, key)  # computed while this one waited

@@ -176,15 +176,20 @@ class SearchService:
         spec = parse_geometry(request.geometry)
         top_k = self._top_k(request.top_k)
         gallery = self._gallery_for(request)
-        scores, mask, query, anchor_set = self._score_gallery(request, finding, spec, gallery)
-        candidates = int(mask.sum())
-        scores = np.where(mask, scores, -np.inf)
-        k = min(top_k, candidates)
-        if k == 0:
-            rows = np.empty(0, dtype=np.int64)
+        if self._ranks_by_index(request, gallery):
+            rows, scores, candidates, query, anchor_set = self._rank_by_index(
+                request, finding, spec, gallery, top_k
+            )
         else:
-            part = np.argpartition(-scores, k - 1)[:k]
-            rows = part[np.lexsort((gallery.image_ids[part], -scores[part]))]
+            scores, mask, query, anchor_set = self._score_gallery(request, finding, spec, gallery)
+            candidates = int(mask.sum())
+            scores = np.where(mask, scores, -np.inf)
+            k = min(top_k, candidates)
+            if k == 0:
+                rows = np.empty(0, dtype=np.int64)
+            else:
+                part = np.argpartition(-scores, k - 1)[:k]
+                rows = part[np.lexsort((gallery.image_ids[part], -scores[part]))]
         hits = tuple(
             self._hit(rank, row, scores[row], gallery, finding, query, anchor_set, request.explain)
             for rank, row in enumerate(rows, start=1)
@@ -218,15 +223,49 @@ class SearchService:
     def _score_gallery(self, request, finding, spec, gallery):
         query, own_row = self._query_embedding(request, gallery)
         anchor_set = self.anchors.anchor_set(finding, request.anchor_set)
-        geometry, features = self._features(spec, anchor_set, gallery)
+        geometry, features, _ = self._features(spec, anchor_set, gallery)
         scores = self._scores(geometry, features, query, request, gallery)
+        return scores, self._eligible(request, finding, gallery, own_row), query, anchor_set
+
+    @staticmethod
+    def _eligible(request, finding, gallery, own_row) -> np.ndarray:
+        """Rows that pass the filters and are not of the query's own study."""
         mask = filter_mask(gallery, request.filters, finding)
         if own_row is not None:
             study = gallery.study_codes[own_row]  # type: ignore[attr-defined]
             if study >= 0:
                 mask &= gallery.study_codes != study  # type: ignore[attr-defined]
             mask[own_row] = False
-        return scores, mask, query, anchor_set
+        return mask
+
+    def _ranks_by_index(self, request: SearchRequest, gallery: Gallery) -> bool:
+        return (
+            self.config.index_kind != "none"
+            and len(gallery) >= self.config.index_min_gallery
+            and not request.relevant
+            and not request.not_relevant
+        )
+
+    def _rank_by_index(self, request, finding, spec, gallery, top_k):
+        """(rows, scores over all rows, candidates, query, anchor set) from the ANN index; the
+        scores array holds the geometry's score on the returned rows (the rest are -inf)."""
+        query, own_row = self._query_embedding(request, gallery)
+        anchor_set = self.anchors.anchor_set(finding, request.anchor_set)
+        geometry, features, key = self._features(spec, anchor_set, gallery)
+        mask = self._eligible(request, finding, gallery, own_row)
+        candidates = int(mask.sum())
+        scores = np.full(len(gallery), -np.inf)
+        if min(top_k, candidates) == 0:
+            return np.empty(0, dtype=np.int64), scores, candidates, query, anchor_set
+        index = self.cache.gallery_index(
+            geometry, key, gallery.fingerprint, features, self.config.index_kind
+        )
+        fq = geometry.features(query[None, :].astype(np.float32))
+        found, rows = index.search_features(geometry, fq, top_k, allowed=mask)
+        rows = rows[0][rows[0] >= 0]
+        scores[rows] = found[0][: len(rows)]
+        rows = rows[np.lexsort((gallery.image_ids[rows], -scores[rows]))]
+        return rows, scores, candidates, query, anchor_set
 
     def explain(self, request: SearchRequest, result_id: int) -> Explanation:
         """Explain why ``result_id`` is close to the request's query for its finding."""
@@ -300,7 +339,7 @@ class SearchService:
         features = self.cache.gallery_features(
             geometry, key, gallery.fingerprint, gallery.embeddings
         )
-        return geometry, features
+        return geometry, features, key
 
     def _scores(self, geometry, features, query, request: SearchRequest, gallery: Gallery):
         fq = geometry.features(query[None, :].astype(np.float32))

@@ -571,7 +571,9 @@ def open_case_lookup(config: UIConfig) -> tuple[CaseLookup, CurationDesk]:
         lambda: gallery_from_store(store, encoder.encoder_id),
         StoreAnchorProvider(store, encoder, config.anchors_dir),
         encoder=encoder,
-        config=SearchConfig(feature_cache_dir=config.feature_cache_dir),
+        config=SearchConfig(
+            feature_cache_dir=config.feature_cache_dir, index_kind=config.index_kind
+        ),
         audit=audit,
     )
     lookup = CaseLookup(

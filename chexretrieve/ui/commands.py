@@ -32,6 +32,11 @@ def serve_command(
     anchors: Path | None = typer.Option(
         None, "--anchors", help="Anchor-set folder (default: $CHEXRETRIEVE_ANCHORS or anchors/)."
     ),
+    index: str = typer.Option(
+        "none",
+        "--index",
+        help="Ranking index for galleries of 50,000+ images: none, exact, hnsw, ivf.",
+    ),
 ) -> None:
     """Serve the case-lookup UI: search by case or upload, explanations, curation, evaluation."""
     from rich.console import Console
@@ -57,6 +62,7 @@ def serve_command(
             feature_cache_dir=features,
             reports_dir=reports,
             anchors_dir=anchors,
+            index_kind=index,
         )
         from chexretrieve.ui import serve_app
 

@@ -56,6 +56,9 @@ class UIConfig:
     # seconds an uploaded file may stay in the server's upload folder before the purge deletes it
     # (the purge runs every min(this, 60) s; uploads are also deleted once embedded)
     upload_max_age_s: int = 3600
+    # ranking index for galleries of 50,000 images or more: "none" (exact), "exact", "hnsw", "ivf"
+    # (SearchConfig.index_kind; built on the first search of each geometry)
+    index_kind: str = "none"
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:
@@ -75,6 +78,10 @@ class UIConfig:
             raise ValueError(f"top_k must be between 1 and 100, got {self.top_k}")
         if self.case_list_limit < 1:
             raise ValueError(f"case_list_limit must be at least 1, got {self.case_list_limit}")
+        if self.index_kind not in ("none", "exact", "hnsw", "ivf"):
+            raise ValueError(
+                f"unknown index kind {self.index_kind!r}; choose one of: none, exact, hnsw, ivf"
+            )
         if self.upload_max_age_s < 1:
             raise ValueError(f"upload_max_age_s must be at least 1, got {self.upload_max_age_s}")
         if self.queue_size < 1:

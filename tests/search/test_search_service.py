@@ -376,3 +376,52 @@ def test_concurrent_searches_after_a_reload_load_and_compute_once(tmp_path):
     assert sizes[-20:] == [340] * 20
     with pytest.raises(ValueError, match="case 5000 is not in the archive"):
         svc.gallery_containing(5000).row_of(5000)
+
+
+@pytest.mark.parametrize("kind", ["exact", "hnsw", "ivf"])
+def test_an_ann_index_ranks_like_the_exact_product(tmp_path, kind):
+    """With an index the service returns the exact ranking (exact index) or nearly it (HNSW, IVF),
+    the same scores on the rows it returns, the filters and the own-study exclusion; relevance
+    feedback and galleries under index_min_gallery rank without it."""
+    rng = np.random.default_rng(7)
+    gallery, anchors, encoder = make_gallery(n=2000, seed=3), FakeAnchors(rng), FakeEncoder(rng)
+
+    def make(**options):
+        config = SearchConfig(feature_cache_dir=tmp_path / kind, **options)
+        return SearchService(lambda: gallery, anchors, encoder=encoder, config=config)
+
+    plain, indexed = make(), make(index_kind=kind, index_min_gallery=1000)
+    filters = SearchFilters(views=("PA",), sex="F")
+    overlaps = []
+    for geometry in ("softmax", "gaussian", "gmm"):
+        for case_id, extra in [(101, {}), (555, {"filters": filters}), (1900, {})]:
+            request = SearchRequest(
+                finding="Edema", geometry=geometry, case_id=case_id, top_k=10, **extra
+            )
+            want, got = plain.search(request), indexed.search(request)
+            assert got.candidates == want.candidates
+            exact = {h.image_id: h.score for h in want.hits}
+            found = [h.image_id for h in got.hits]
+            assert len(found) == 10 and len(set(found)) == 10
+            study = gallery.metadata["study_uid"]
+            assert all(study[i] != study[case_id] for i in found)
+            if extra:
+                assert all(h.metadata["view_position"] == "PA" for h in got.hits)
+                assert all(h.metadata["patient_sex"] == "F" for h in got.hits)
+            scores = plain.gallery_scores(request)[0]
+            for hit in got.hits:
+                assert hit.score == pytest.approx(scores[gallery.row_of(hit.image_id)], abs=1e-4)
+            if kind == "exact":
+                assert found == [h.image_id for h in want.hits]
+            overlaps.append(len(set(found) & set(exact)) / 10)
+    assert np.mean(overlaps) >= 0.9, overlaps
+    assert len(indexed.cache._indexes) == 3  # one index per geometry
+    feedback = SearchRequest(finding="Edema", case_id=101, relevant=(300,), top_k=10)
+    assert [h.image_id for h in indexed.search(feedback).hits] == [
+        h.image_id for h in plain.search(feedback).hits
+    ]
+    small = make(index_kind=kind, index_min_gallery=5000)
+    small.search(SearchRequest(finding="Edema", case_id=101))
+    assert len(small.cache._indexes) == 0
+    with pytest.raises(ValueError, match="unknown index kind 'annoy'"):
+        SearchConfig(index_kind="annoy")
