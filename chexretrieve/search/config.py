@@ -32,7 +32,7 @@ class SearchConfig:
     # built by the first search that needs it; relevance-feedback searches always rank exactly
     index_kind: str = "none"
     # galleries with fewer rows than this are ranked exactly even when index_kind is set
-    index_min_gallery: int = 50_000
+    index_min_gallery: int = 500_000
 
     def __post_init__(self) -> None:
         kinds = ("none", "exact", "hnsw", "ivf")

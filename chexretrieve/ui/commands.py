@@ -35,7 +35,7 @@ def serve_command(
     index: str = typer.Option(
         "none",
         "--index",
-        help="Ranking index for galleries of 50,000+ images: none, exact, hnsw, ivf.",
+        help="Ranking index for galleries of 500,000+ images: none, exact, hnsw, ivf.",
     ),
 ) -> None:
     """Serve the case-lookup UI: search by case or upload, explanations, curation, evaluation."""

@@ -56,7 +56,7 @@ class UIConfig:
     # seconds an uploaded file may stay in the server's upload folder before the purge deletes it
     # (the purge runs every min(this, 60) s; uploads are also deleted once embedded)
     upload_max_age_s: int = 3600
-    # ranking index for galleries of 50,000 images or more: "none" (exact), "exact", "hnsw", "ivf"
+    # ranking index for galleries of 500,000 images or more: "none" (exact), "exact", "hnsw", "ivf"
     # (SearchConfig.index_kind; built on the first search of each geometry)
     index_kind: str = "none"
 
