@@ -29,7 +29,8 @@ class SearchConfig:
     explanation_anchors: int = 5
     # ranking of large galleries: "none" = the exact matrix product over every row; "exact",
     # "hnsw" or "ivf" = a chexretrieve.ann index per geometry and archive (AnnConfig defaults),
-    # built by the first search that needs it; relevance-feedback searches always rank exactly
+    # built in the background after the first search that needs it (exact ranking until then);
+    # relevance-feedback searches always rank exactly
     index_kind: str = "none"
     # galleries with fewer rows than this are ranked exactly even when index_kind is set
     index_min_gallery: int = 500_000

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 import threading
 from collections import OrderedDict
@@ -19,6 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from chexretrieve.geometry import GEOMETRY_KINDS, POSTERIOR_KINDS, fit_geometry
+
+logger = logging.getLogger(__name__)
 
 #: every kind a request may name; "<kind>_posterior" adapts the kind from the broad prior
 BASE_GEOMETRIES = GEOMETRY_KINDS
@@ -78,6 +81,8 @@ class FeatureCache:
         self._memory: OrderedDict[str, object] = OrderedDict()  # feature blocks
         self._geometries: OrderedDict[str, object] = OrderedDict()
         self._indexes: OrderedDict[str, object] = OrderedDict()  # ANN indexes, memory only
+        self._index_builds: dict[str, threading.Thread] = {}  # key -> background build
+        self.index_failures: dict[str, str] = {}  # key -> why its build failed
         self._lock = threading.Lock()
         self._pending: dict[str, threading.Lock] = {}  # key -> lock held while it is computed
         self.computed = 0  # gallery feature blocks computed (not loaded): tests and logs read it
@@ -154,20 +159,45 @@ class FeatureCache:
             return self._load_or_compute_features(key, geometry, embeddings)
 
     def gallery_index(self, geometry, geometry_key: str, fingerprint: str, features, kind: str):
-        """A ``chexretrieve.ann`` index of ``kind`` over the gallery features (memory only)."""
+        """The ``chexretrieve.ann`` index of ``kind`` over the gallery features, or None while it
+        is built in a background thread (started by the first call; memory only). A build that
+        fails is logged once and not retried for that archive: its searches rank exactly."""
         key = "index:" + _digest(geometry_key, fingerprint, kind)
         cached = self._recall(self._indexes, key)
         if cached is not None:
             return cached
-        with self._computing(key):
-            cached = self._recall(self._indexes, key)
-            if cached is not None:
-                return cached
+        with self._lock:
+            if key in self._index_builds or key in self.index_failures:
+                return None
+            build = threading.Thread(
+                target=self._build_index,
+                args=(key, geometry, features, kind),
+                name=f"chexretrieve-index-{kind}",
+                daemon=True,
+            )
+            self._index_builds[key] = build
+        build.start()
+        return None
+
+    def _build_index(self, key: str, geometry, features, kind: str) -> None:
+        try:
             from chexretrieve.ann import AnnConfig, build_index  # FAISS: only when asked for
 
             index = build_index(geometry, features, config=AnnConfig(kind=kind))
             self._remember(self._indexes, key, index, self.entries)
-        return index
+        except Exception as exc:  # noqa: BLE001 - the searches go on exactly; the reason is kept
+            self.index_failures[key] = f"{type(exc).__name__}: {exc}"
+            logger.warning("building a %s index failed (%s); searches rank exactly", kind, exc)
+        finally:
+            with self._lock:
+                self._index_builds.pop(key, None)
+
+    def wait_for_indexes(self, timeout_s: float | None = None) -> None:
+        """Block until the index builds started so far have ended (tests, benchmarks, warm-up)."""
+        with self._lock:
+            builds = list(self._index_builds.values())
+        for build in builds:
+            build.join(timeout_s)
 
     def _load_or_compute_features(self, key: str, geometry, embeddings):
         cached = self._recall(self._memory, key)  # computed while this one waited

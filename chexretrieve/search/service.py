@@ -176,15 +176,20 @@ class SearchService:
         spec = parse_geometry(request.geometry)
         top_k = self._top_k(request.top_k)
         gallery = self._gallery_for(request)
-        if self._ranks_by_index(request, gallery):
-            rows, scores, candidates, query, anchor_set = self._rank_by_index(
-                request, finding, spec, gallery, top_k
-            )
+        query, own_row = self._query_embedding(request, gallery)
+        anchor_set = self.anchors.anchor_set(finding, request.anchor_set)
+        geometry, features, key = self._features(spec, anchor_set, gallery)
+        mask = self._eligible(request, finding, gallery, own_row)
+        candidates = int(mask.sum())
+        k = min(top_k, candidates)
+        ranked = None
+        if k > 0 and self._ranks_by_index(request, gallery):
+            ranked = self._rank_by_index(geometry, features, key, gallery, query, mask, k)
+        if ranked is not None:
+            rows, scores = ranked
         else:
-            scores, mask, query, anchor_set = self._score_gallery(request, finding, spec, gallery)
-            candidates = int(mask.sum())
+            scores = self._scores(geometry, features, query, request, gallery)
             scores = np.where(mask, scores, -np.inf)
-            k = min(top_k, candidates)
             if k == 0:
                 rows = np.empty(0, dtype=np.int64)
             else:
@@ -246,26 +251,21 @@ class SearchService:
             and not request.not_relevant
         )
 
-    def _rank_by_index(self, request, finding, spec, gallery, top_k):
-        """(rows, scores over all rows, candidates, query, anchor set) from the ANN index; the
-        scores array holds the geometry's score on the returned rows (the rest are -inf)."""
-        query, own_row = self._query_embedding(request, gallery)
-        anchor_set = self.anchors.anchor_set(finding, request.anchor_set)
-        geometry, features, key = self._features(spec, anchor_set, gallery)
-        mask = self._eligible(request, finding, gallery, own_row)
-        candidates = int(mask.sum())
-        scores = np.full(len(gallery), -np.inf)
-        if min(top_k, candidates) == 0:
-            return np.empty(0, dtype=np.int64), scores, candidates, query, anchor_set
+    def _rank_by_index(self, geometry, features, key, gallery, query, mask, k):
+        """(rows, scores over all rows: the geometry's score on the rows found, -inf elsewhere)
+        from the ANN index, or None while the index of this archive is still being built (the
+        search then ranks exactly: a reload during ingest never makes a search wait for a build)."""
         index = self.cache.gallery_index(
             geometry, key, gallery.fingerprint, features, self.config.index_kind
         )
+        if index is None:
+            return None
         fq = geometry.features(query[None, :].astype(np.float32))
-        found, rows = index.search_features(geometry, fq, top_k, allowed=mask)
+        found, rows = index.search_features(geometry, fq, k, allowed=mask)
         rows = rows[0][rows[0] >= 0]
+        scores = np.full(len(gallery), -np.inf)
         scores[rows] = found[0][: len(rows)]
-        rows = rows[np.lexsort((gallery.image_ids[rows], -scores[rows]))]
-        return rows, scores, candidates, query, anchor_set
+        return rows[np.lexsort((gallery.image_ids[rows], -scores[rows]))], scores
 
     def explain(self, request: SearchRequest, result_id: int) -> Explanation:
         """Explain why ``result_id`` is close to the request's query for its finding."""

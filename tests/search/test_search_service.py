@@ -394,6 +394,10 @@ def test_an_ann_index_ranks_like_the_exact_product(tmp_path, kind):
     filters = SearchFilters(views=("PA",), sex="F")
     overlaps = []
     for geometry in ("softmax", "gaussian", "gmm"):
+        # the first search starts the build in the background and ranks exactly meanwhile
+        first = SearchRequest(finding="Edema", geometry=geometry, case_id=1234, top_k=10)
+        assert indexed.search(first) == plain.search(first)
+        indexed.cache.wait_for_indexes()
         for case_id, extra in [(101, {}), (555, {"filters": filters}), (1900, {})]:
             request = SearchRequest(
                 finding="Edema", geometry=geometry, case_id=case_id, top_k=10, **extra
@@ -425,3 +429,32 @@ def test_an_ann_index_ranks_like_the_exact_product(tmp_path, kind):
     assert len(small.cache._indexes) == 0
     with pytest.raises(ValueError, match="unknown index kind 'annoy'"):
         SearchConfig(index_kind="annoy")
+
+
+def test_a_failed_index_build_leaves_exact_search_working(tmp_path, monkeypatch, caplog):
+    import chexretrieve.ann
+
+    calls = []
+
+    def broken(*args, **kwargs):
+        calls.append(1)
+        raise MemoryError("no room for the graph")
+
+    monkeypatch.setattr(chexretrieve.ann, "build_index", broken)
+    rng = np.random.default_rng(8)
+    gallery = make_gallery(n=400, seed=4)
+    config = SearchConfig(feature_cache_dir=tmp_path, index_kind="hnsw", index_min_gallery=1)
+    svc = SearchService(lambda: gallery, FakeAnchors(rng), encoder=FakeEncoder(rng), config=config)
+    exact = SearchService(
+        lambda: gallery,
+        svc.anchors,
+        encoder=svc.encoder,
+        config=SearchConfig(feature_cache_dir=tmp_path),
+    )
+    request = SearchRequest(finding="Edema", case_id=150, top_k=10)
+    for _ in range(3):
+        assert svc.search(request) == exact.search(request)
+        svc.cache.wait_for_indexes()
+    assert len(calls) == 1  # not retried for the same archive
+    assert list(svc.cache.index_failures.values()) == ["MemoryError: no room for the graph"]
+    assert "searches rank exactly" in caplog.text
