@@ -7,7 +7,7 @@ preprocessing. Embeddings come back L2-normalised, float32, shape (n, embed_dim)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -33,6 +33,23 @@ class Encoder(Protocol):
     def embed_texts(self, texts: Sequence[str]) -> np.ndarray:
         """(n, embed_dim) float32 unit vectors for sentences."""
         ...
+
+
+def split_preprocessing(encoder) -> tuple[Callable[[np.ndarray], np.ndarray], Callable] | None:
+    """(preprocess, embed_preprocessed) when the encoder offers its image preprocessing apart from
+    the model, else None.
+
+    An encoder may offer ``image_preprocessor()``: a picklable, CPU-only callable turning one
+    greyscale image in [0, 1] into its float32 model input, and ``embed_preprocessed(inputs)`` for
+    a stack of those inputs; ``embed_images(images)`` then equals
+    ``embed_preprocessed(np.stack([preprocess(i) for i in images]))``. Ingest runs the
+    preprocessing in its decoding workers, so the process that drives the model only runs it.
+    """
+    preprocessor = getattr(encoder, "image_preprocessor", None)
+    embed = getattr(encoder, "embed_preprocessed", None)
+    if not callable(preprocessor) or not callable(embed):
+        return None
+    return preprocessor(), embed
 
 
 #: values this far outside [0, 1] are clipped back silently (decoder rounding); beyond it the image

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -68,6 +69,10 @@ def pad_to_square(image: np.ndarray, side: int = PAD_SIDE) -> np.ndarray:
 def preprocess_chexzero(image: np.ndarray, resolution: int = 224) -> torch.Tensor:
     """(3, resolution, resolution) float32 model input for one greyscale image in [0, 1]."""
     (image,) = check_greyscale_images([image])
+    return _preprocess_checked(image, resolution)
+
+
+def _preprocess_checked(image: np.ndarray, resolution: int) -> torch.Tensor:
     grey = np.rint(image * 255.0).astype(np.uint8)
     square = torch.from_numpy(pad_to_square(grey).astype(np.float32))
     normalised = (square - PIXEL_MEAN) / PIXEL_STD
@@ -79,6 +84,20 @@ def preprocess_chexzero(image: np.ndarray, resolution: int = 224) -> torch.Tenso
         antialias=False,
     )
     return resized[0].expand(3, -1, -1).contiguous()
+
+
+@dataclass(frozen=True)
+class ChexzeroPreprocess:
+    """CheXzero's model input for one greyscale image in [0, 1] (picklable: ingest workers)."""
+
+    resolution: int  # side of the square model input
+
+    def __call__(self, image: np.ndarray) -> np.ndarray:
+        return preprocess_chexzero(image, self.resolution).numpy()
+
+    def checked(self, image: np.ndarray) -> np.ndarray:
+        """The same for an image already checked by ``check_greyscale_images``."""
+        return _preprocess_checked(image, self.resolution).numpy()
 
 
 class ChexzeroEncoder:
@@ -107,15 +126,34 @@ class ChexzeroEncoder:
         return f"ChexzeroEncoder({self.encoder_id}, {self.checkpoint}, device={self.device})"
 
     def embed_images(self, images: Sequence[np.ndarray]) -> np.ndarray:
+        preprocess = self.image_preprocessor()
         images = check_greyscale_images(images)
         out = np.zeros((len(images), self.embed_dim), dtype=np.float32)
-        side = self.sizes.image_resolution
         for start in range(0, len(images), self.batch_size):
             chunk = images[start : start + self.batch_size]
-            pixels = torch.stack([preprocess_chexzero(image, side) for image in chunk])
+            out[start : start + len(chunk)] = self.embed_preprocessed(
+                np.stack([preprocess.checked(image) for image in chunk])
+            )
+        return out
+
+    def image_preprocessor(self) -> ChexzeroPreprocess:
+        """One image's model input, (3, side, side) float32 (see ``split_preprocessing``)."""
+        return ChexzeroPreprocess(self.sizes.image_resolution)
+
+    def embed_preprocessed(self, inputs: np.ndarray) -> np.ndarray:
+        """(n, embed_dim) unit embeddings of a stack of ``image_preprocessor()`` outputs."""
+        inputs = np.asarray(inputs, dtype=np.float32)
+        side = self.sizes.image_resolution
+        if inputs.ndim != 4 or inputs.shape[1:] != (3, side, side):
+            raise ValueError(
+                f"preprocessed inputs have shape {inputs.shape}, not (n, 3, {side}, {side})"
+            )
+        out = np.zeros((len(inputs), self.embed_dim), dtype=np.float32)
+        for start in range(0, len(inputs), self.batch_size):
+            pixels = torch.from_numpy(inputs[start : start + self.batch_size]).to(self.device)
             with inference_context(self.device, self.config.use_autocast):
-                features = self.model.encode_image(pixels.to(self.device))
-            out[start : start + len(chunk)] = unit_rows(features.float().cpu().numpy())
+                features = self.model.encode_image(pixels)
+            out[start : start + len(pixels)] = unit_rows(features.float().cpu().numpy())
         return out
 
     def embed_texts(self, texts: Sequence[str]) -> np.ndarray:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,24 @@ DEFAULT_PHANTOM_WEIGHTS = Path(__file__).resolve().parent / "weights" / "phantom
 
 #: (texts) -> (n, 384) unit MiniLM sentence embeddings; replaceable in tests
 SentenceEncoder = Callable[[Sequence[str]], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class PhantomPreprocess:
+    """The phantom model's input for one greyscale image in [0, 1] (picklable: ingest workers)."""
+
+    size: int  # side of the square model input
+    pixel_mean: float  # normalisation of the padded image
+    pixel_std: float
+
+    def __call__(self, image: np.ndarray) -> np.ndarray:
+        (image,) = check_greyscale_images([image])
+        return self.checked(image)
+
+    def checked(self, image: np.ndarray) -> np.ndarray:
+        """The same for an image already checked by ``check_greyscale_images``."""
+        batch = images_to_tensor([image], self.size, self.pixel_mean, self.pixel_std)
+        return batch[0].numpy()
 
 
 class PhantomEncoder:
@@ -73,15 +92,36 @@ class PhantomEncoder:
         return f"PhantomEncoder({self.encoder_id}, {self.source}, device={self.device})"
 
     def embed_images(self, images: Sequence[np.ndarray]) -> np.ndarray:
+        preprocess = self.image_preprocessor()
         images = check_greyscale_images(images)
         out = np.zeros((len(images), self.embed_dim), dtype=np.float32)
-        mean, std = self.architecture["pixel_mean"], self.architecture["pixel_std"]
         for start in range(0, len(images), self.batch_size):
             chunk = images[start : start + self.batch_size]
-            pixels = images_to_tensor(chunk, self.image_size, mean, std).to(self.device)
+            out[start : start + len(chunk)] = self.embed_preprocessed(
+                np.stack([preprocess.checked(image) for image in chunk])
+            )
+        return out
+
+    def image_preprocessor(self) -> PhantomPreprocess:
+        """One image's model input, (1, size, size) float32 (see ``split_preprocessing``)."""
+        return PhantomPreprocess(
+            self.image_size,
+            float(self.architecture["pixel_mean"]),
+            float(self.architecture["pixel_std"]),
+        )
+
+    def embed_preprocessed(self, inputs: np.ndarray) -> np.ndarray:
+        """(n, embed_dim) unit embeddings of a stack of ``image_preprocessor()`` outputs."""
+        inputs = np.asarray(inputs, dtype=np.float32)
+        expected = (1, self.image_size, self.image_size)
+        if inputs.ndim != 4 or inputs.shape[1:] != expected:
+            raise ValueError(f"preprocessed inputs have shape {inputs.shape}, not (n, *{expected})")
+        out = np.zeros((len(inputs), self.embed_dim), dtype=np.float32)
+        for start in range(0, len(inputs), self.batch_size):
+            pixels = torch.from_numpy(inputs[start : start + self.batch_size]).to(self.device)
             with inference_context(self.device, self.config.use_autocast):
                 features = self.image_tower(pixels)
-            out[start : start + len(chunk)] = unit_rows(features.float().cpu().numpy())
+            out[start : start + len(pixels)] = unit_rows(features.float().cpu().numpy())
         return out
 
     def embed_texts(self, texts: Sequence[str]) -> np.ndarray:

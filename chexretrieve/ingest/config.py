@@ -36,6 +36,10 @@ class IngestConfig:
     split: str | None = None
     # consecutive images the encoder fails on before the run stops as broken
     max_consecutive_embed_failures: int = 32
+    # decoding workers also run the encoder's own preprocessing (resize, pad, normalise) when the
+    # encoder offers it apart from the model (phantom, CheXzero) and no worker memory cap is set;
+    # the main process then only runs the model
+    preprocess_in_workers: bool = True
 
     def __post_init__(self) -> None:
         if self.workers < -1:

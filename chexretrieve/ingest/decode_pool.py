@@ -11,10 +11,12 @@ with reason 'timeout' or 'worker-crash', the files queued behind it go to the ne
 from __future__ import annotations
 
 import collections
+import dataclasses
 import multiprocessing
 import queue
 import signal
 import socket
+import sys
 import threading
 import time
 import traceback
@@ -39,6 +41,53 @@ class Decoded:
 class Rejected:
     reason: str
     message: str
+
+
+class PreprocessFailed(ValueError):
+    """The encoder's preprocessing refused a decoded image (reported as 'embed-error')."""
+
+    reason = "embed-error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+@dataclass(frozen=True)
+class PreprocessingReader:
+    """A reader whose radiographs carry the encoder's model input in place of the display pixels
+    (``chexretrieve.encoders.base.split_preprocessing``): the decoding worker resizes, pads and
+    normalises, the main process only runs the model, and a few hundred kB cross between them
+    instead of the full image. Picklable when ``reader`` and ``preprocess`` are."""
+
+    reader: Reader  # path, read config -> Radiograph
+    preprocess: Callable[[Any], Any]  # display pixels -> model input (float32 array)
+
+    def __call__(self, path: str, read_config: Any) -> Any:
+        radiograph = self.reader(path, read_config)
+        _one_torch_thread_per_worker()
+        try:
+            model_input = self.preprocess(radiograph.pixels)
+        except Exception as exc:  # noqa: BLE001 - any refusal of the model's preprocessing
+            raise PreprocessFailed(
+                f"the encoder's preprocessing failed on this image: {type(exc).__name__}: {exc}"
+            ) from exc
+        return dataclasses.replace(radiograph, pixels=model_input)
+
+
+def _one_torch_thread_per_worker() -> None:
+    """Decoding workers share the cores with the model: torch ops in a worker use one thread
+    (the main process, which runs the model, is left alone)."""
+    global _THREADS_LIMITED
+    if _THREADS_LIMITED or multiprocessing.parent_process() is None:
+        return
+    _THREADS_LIMITED = True
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(1)
+
+
+_THREADS_LIMITED = False
 
 
 def decode_one(reader: Reader, path: str, read_config: Any) -> Decoded | Rejected:

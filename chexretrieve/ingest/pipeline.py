@@ -24,9 +24,15 @@ from typing import Any
 
 import numpy as np
 
-from chexretrieve.encoders.base import Encoder
+from chexretrieve.encoders.base import Encoder, split_preprocessing
 from chexretrieve.ingest.config import IngestConfig
-from chexretrieve.ingest.decode_pool import Decoded, DecodePool, InlineDecoder, Rejected
+from chexretrieve.ingest.decode_pool import (
+    Decoded,
+    DecodePool,
+    InlineDecoder,
+    PreprocessingReader,
+    Rejected,
+)
 from chexretrieve.ingest.discover import Candidate, discover_files
 from chexretrieve.ingest.labels import LabelTable
 from chexretrieve.store import BatchItem, ImageRecord, Outcome, SourceStamp, Store
@@ -149,7 +155,9 @@ class _Pending:
 class _Run:
     """State of one ingest run (kept out of the public function for readability)."""
 
-    def __init__(self, store, encoder, config, labels, report, progress) -> None:  # noqa: ANN001
+    def __init__(self, store, encoder, config, labels, report, progress, embed_preprocessed=None):  # noqa: ANN001
+        # set when the decoding workers hand over model inputs, not display pixels
+        self.embed_preprocessed = embed_preprocessed
         self.store: Store = store
         self.encoder: Encoder = encoder
         self.config: IngestConfig = config
@@ -242,7 +250,7 @@ class _Run:
             return {}
         images = [batch[p].radiograph.pixels for p in positions]
         try:
-            vectors = self._checked(self.encoder.embed_images(images), len(images))
+            vectors = self._checked(self._embed_images(images), len(images))
             for p, vector in zip(positions, vectors, strict=True):
                 items[p].embedding = vector
             self.consecutive_embed_failures = 0
@@ -252,7 +260,7 @@ class _Run:
         failed: dict[int, str] = {}
         for p, image in zip(positions, images, strict=True):
             try:
-                items[p].embedding = self._checked(self.encoder.embed_images([image]), 1)[0]
+                items[p].embedding = self._checked(self._embed_images([image]), 1)[0]
                 self.consecutive_embed_failures = 0
             except Exception as exc:  # noqa: BLE001
                 failed[p] = f"the encoder failed on this image: {type(exc).__name__}: {exc}"
@@ -264,6 +272,11 @@ class _Run:
                         "stopping: the encoder, not the archive, is probably broken"
                     ) from exc
         return failed
+
+    def _embed_images(self, images: list[np.ndarray]) -> np.ndarray:
+        if self.embed_preprocessed is not None:  # model inputs prepared by the workers
+            return self.embed_preprocessed(np.stack(images))
+        return self.encoder.embed_images(images)
 
     def _checked(self, vectors: np.ndarray, n: int) -> np.ndarray:
         array = np.asarray(vectors, dtype=np.float32)
@@ -315,7 +328,12 @@ def ingest_paths(
         skipped_files=discovery.skipped,
         labels_file=str(labels.source) if labels is not None else None,
     )
-    run = _Run(store, encoder, config, labels, report, progress)
+    split = None
+    if config.preprocess_in_workers and config.resolved_workers > 0 and not config.worker_memory_mb:
+        split = split_preprocessing(encoder)  # a capped worker could not load the model's libraries
+    if split is not None:
+        reader = PreprocessingReader(reader, split[0])
+    run = _Run(store, encoder, config, labels, report, progress, split[1] if split else None)
     run.total = len(candidates)
     try:
         _execute(run, candidates, reader, read_config)

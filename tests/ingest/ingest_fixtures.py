@@ -153,3 +153,48 @@ def large_image_reader(path, config):  # noqa: ANN001, ANN201
     side = 600 + 50 * (seed % 5)
     pixels = np.random.default_rng(seed).random((side, side + 3), dtype=np.float32)
     return LargeImage(pixels, Path(path).name)
+
+
+@dataclass(frozen=True)
+class TallRefusingPreprocess:
+    """A picklable preprocessor (mean pooling to 8 x 8) refusing images ``refused_rows`` tall."""
+
+    refused_rows: int
+
+    def __call__(self, image):  # noqa: ANN001, ANN204
+        if image.shape[0] == self.refused_rows:
+            raise ValueError(f"{self.refused_rows}-row images are not accepted")
+        rows, cols = (image.shape[0] // 8) * 8, (image.shape[1] // 8) * 8
+        pooled = image[:rows, :cols].reshape(8, rows // 8, 8, cols // 8).mean(axis=(1, 3))
+        return pooled.astype(np.float32)
+
+
+class SplitEncoder:
+    """An encoder with its preprocessing apart (``split_preprocessing``): a fixed projection of the
+    8 x 8 pooled image; counts what ran in this process."""
+
+    encoder_id = "split-test:1"
+    embed_dim = 6
+    inv_temperature = 10.0
+
+    def __init__(self, refused_rows: int = -1) -> None:
+        self.refused_rows = refused_rows
+        self.projection = np.random.default_rng(0).standard_normal((64, 6)).astype(np.float32)
+        self.preprocessed_here = 0
+        self.model_calls = 0
+
+    def image_preprocessor(self) -> TallRefusingPreprocess:
+        return TallRefusingPreprocess(self.refused_rows)
+
+    def embed_preprocessed(self, inputs):  # noqa: ANN001, ANN201
+        self.model_calls += 1
+        out = np.asarray(inputs, np.float32).reshape(len(inputs), 64) @ self.projection
+        return out / np.linalg.norm(out, axis=1, keepdims=True)
+
+    def embed_images(self, images):  # noqa: ANN001, ANN201
+        preprocess = self.image_preprocessor()
+        self.preprocessed_here += len(images)
+        return self.embed_preprocessed(np.stack([preprocess(i) for i in images]))
+
+    def embed_texts(self, texts):  # noqa: ANN001, ANN201
+        raise NotImplementedError

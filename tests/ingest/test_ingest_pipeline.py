@@ -217,3 +217,37 @@ def test_random_byte_corruptions_never_stop_the_run(tmp_path, store):
     assert report.counts["conflict"] > 0 and report.counts["rejected"] > 0
     assert store.count_images() == report.counts["ingested"]
     assert store.integrity_check() == []
+
+
+def test_workers_run_the_encoders_preprocessing_with_the_same_embeddings(tmp_path):
+    """With workers, the encoder's own preprocessing runs in them and the main process only runs
+    the model; the stored embeddings equal those of decoding and preprocessing in-process. An
+    image the preprocessing refuses is rejected as 'embed-error' and the run goes on."""
+    from ingest_fixtures import SplitEncoder
+
+    from chexretrieve.store import open_store
+
+    paths = write_archive(tmp_path / "archive", 6, size=48)
+    write_dx(tmp_path / "archive" / "tall.dcm", 99, size=40)
+    stored = {}
+    for workers in (0, 1):
+        encoder = SplitEncoder(refused_rows=40)
+        with open_store(f"sqlite:///{tmp_path / f'w{workers}.sqlite'}") as db:
+            report = ingest_paths(
+                [tmp_path / "archive"], db, encoder, IngestConfig(workers=workers)
+            )
+            gallery = db.gallery(encoder.encoder_id)
+            stored[workers] = (list(gallery.metadata.sop_uid), gallery.vectors)
+        outcomes = by_name(report)
+        assert outcomes["tall.dcm"].outcome == "rejected"
+        assert outcomes["tall.dcm"].reason == "embed-error"
+        assert "40-row images are not accepted" in outcomes["tall.dcm"].detail
+        assert report.counts["ingested"] == len(paths)
+        if workers:  # every image was preprocessed in the worker, none here
+            assert encoder.preprocessed_here == 0 and encoder.model_calls >= 1
+        else:
+            assert encoder.preprocessed_here >= len(paths)
+    assert stored[0][0] == stored[1][0]
+    np.testing.assert_allclose(stored[0][1], stored[1][1], atol=1e-6)
+    with pytest.raises(AssertionError):  # the comparison can fail: the images differ
+        np.testing.assert_allclose(stored[0][1][0], stored[0][1][1], atol=1e-6)
