@@ -170,7 +170,8 @@ def build_dataset(
         ds.PixelSpacing = [f"{v:.6g}" for v in spacing]
         ds.ImagerPixelSpacing = ds.PixelSpacing
     # image pixel
-    ds.set_pixel_data(stored, photometric, bits_stored)
+    # pydicom would otherwise replace the caller's SOPInstanceUID with a random one
+    ds.set_pixel_data(stored, photometric, bits_stored, generate_instance_uid=False)
     # modality LUT and VOI LUT: the whole stored range maps linearly onto the display range
     ds.RescaleIntercept = "0"
     ds.RescaleSlope = "1"
@@ -238,14 +239,16 @@ def write_radiograph(
     ds = build_dataset(pixels_uint16, metadata, photometric, bits_stored)
     if syntax.is_compressed:
         try:
-            ds.compress(syntax, encoding_plugin=_ENCODER_PLUGIN[syntax])
+            ds.compress(
+                syntax, encoding_plugin=_ENCODER_PLUGIN[syntax], generate_instance_uid=False
+            )
         except (RuntimeError, ImportError) as exc:
             fallback = _FALLBACK_PLUGIN.get(syntax)
             if fallback is None:
                 raise DicomWriteError(
                     f"cannot encode {syntax.name}: {exc}; install pylibjpeg-openjpeg"
                 ) from exc
-            ds.compress(syntax, encoding_plugin=fallback)
+            ds.compress(syntax, encoding_plugin=fallback, generate_instance_uid=False)
     meta = FileMetaDataset()
     meta.MediaStorageSOPClassUID = ds.SOPClassUID
     meta.MediaStorageSOPInstanceUID = ds.SOPInstanceUID

@@ -57,6 +57,14 @@ def test_round_trip_gives_identical_pixels(
     ds = pydicom.dcmread(path)
     assert ds.file_meta.TransferSyntaxUID == TRANSFER_SYNTAXES[syntax]
     assert ds.PhotometricInterpretation == photometric and ds.Modality == modality
+    # the caller's UIDs, not ones pydicom makes up while setting or compressing the pixels
+    assert (
+        ds.SOPInstanceUID == derive_uid("test", "image") == ds.file_meta.MediaStorageSOPInstanceUID
+    )
+    again = write_radiograph(
+        tmp_path / "y.dcm", pixels, _metadata(Modality=modality), syntax, photometric
+    )
+    assert again.read_bytes() == path.read_bytes()  # the same input writes the same bytes
     stored = ds.pixel_array
     expected = 4095 - pixels if photometric == "MONOCHROME1" else pixels
     assert np.array_equal(stored, expected)
