@@ -34,12 +34,19 @@ class SearchConfig:
     index_kind: str = "none"
     # galleries with fewer rows than this are ranked exactly even when index_kind is set
     index_min_gallery: int = 500_000
+    # ANN indexes kept in memory (least recently used dropped and rebuilt when needed again);
+    # an HNSW index over a million images holds about 0.7 GB
+    index_cache_entries: int = 4
 
     def __post_init__(self) -> None:
         kinds = ("none", "exact", "hnsw", "ivf")
         if self.index_kind not in kinds:
             raise ValueError(
                 f"unknown index kind {self.index_kind!r}; choose one of: {', '.join(kinds)}"
+            )
+        if self.index_cache_entries < 1:
+            raise ValueError(
+                f"index_cache_entries must be at least 1, got {self.index_cache_entries}"
             )
         if self.index_min_gallery < 0:
             raise ValueError(

@@ -75,9 +75,10 @@ class FeatureCache:
 
     GEOMETRIES_PER_ENTRY = 8
 
-    def __init__(self, folder: Path | None, entries: int):
+    def __init__(self, folder: Path | None, entries: int, index_entries: int = 4):
         self.folder = folder
         self.entries = max(1, entries)
+        self.index_entries = max(1, index_entries)  # ANN indexes are the largest objects held
         self._memory: OrderedDict[str, object] = OrderedDict()  # feature blocks
         self._geometries: OrderedDict[str, object] = OrderedDict()
         self._indexes: OrderedDict[str, object] = OrderedDict()  # ANN indexes, memory only
@@ -184,7 +185,7 @@ class FeatureCache:
             from chexretrieve.ann import AnnConfig, build_index  # FAISS: only when asked for
 
             index = build_index(geometry, features, config=AnnConfig(kind=kind))
-            self._remember(self._indexes, key, index, self.entries)
+            self._remember(self._indexes, key, index, self.index_entries)
         except Exception as exc:  # noqa: BLE001 - the searches go on exactly; the reason is kept
             self.index_failures[key] = f"{type(exc).__name__}: {exc}"
             logger.warning("building a %s index failed (%s); searches rank exactly", kind, exc)

@@ -121,7 +121,9 @@ class SearchService:
         self.anchors = anchors
         self.encoder = encoder
         folder = self.config.feature_cache_dir or default_cache_folder()
-        self.cache = FeatureCache(folder, self.config.memory_cache_entries)
+        self.cache = FeatureCache(
+            folder, self.config.memory_cache_entries, self.config.index_cache_entries
+        )
 
     # ----------------------------------------------------------------------------- gallery
     @property

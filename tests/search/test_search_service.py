@@ -420,6 +420,11 @@ def test_an_ann_index_ranks_like_the_exact_product(tmp_path, kind):
             overlaps.append(len(set(found) & set(exact)) / 10)
     assert np.mean(overlaps) >= 0.9, overlaps
     assert len(indexed.cache._indexes) == 3  # one index per geometry
+    capped = make(index_kind=kind, index_min_gallery=1000, index_cache_entries=2)
+    for geometry in ("softmax", "gaussian", "gmm"):
+        capped.search(SearchRequest(finding="Edema", geometry=geometry, case_id=101))
+        capped.cache.wait_for_indexes()
+    assert len(capped.cache._indexes) == 2  # the least recently used one was dropped
     feedback = SearchRequest(finding="Edema", case_id=101, relevant=(300,), top_k=10)
     assert [h.image_id for h in indexed.search(feedback).hits] == [
         h.image_id for h in plain.search(feedback).hits
