@@ -264,9 +264,10 @@ class SearchService:
             return None
         fq = geometry.features(query[None, :].astype(np.float32))
         found, rows = index.search_features(geometry, fq, k, allowed=mask)
-        rows = rows[0][rows[0] >= 0]
+        valid = rows[0] >= 0  # FAISS pads with -1 when it finds fewer than k
+        rows = rows[0][valid]
         scores = np.full(len(gallery), -np.inf)
-        scores[rows] = found[0][: len(rows)]
+        scores[rows] = found[0][valid]
         return rows[np.lexsort((gallery.image_ids[rows], -scores[rows]))], scores
 
     def explain(self, request: SearchRequest, result_id: int) -> Explanation:
