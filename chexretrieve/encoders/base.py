@@ -52,6 +52,21 @@ def split_preprocessing(encoder) -> tuple[Callable[[np.ndarray], np.ndarray], Ca
     return preprocessor(), embed
 
 
+def embed_through_preprocessor(encoder, images: Sequence[np.ndarray]) -> np.ndarray:
+    """``embed_images`` of an encoder with split preprocessing: images checked once, then
+    preprocessed and embedded ``encoder.batch_size`` at a time (``preprocess.checked`` skips the
+    second check)."""
+    preprocess = encoder.image_preprocessor()
+    images = check_greyscale_images(images)
+    out = np.zeros((len(images), encoder.embed_dim), dtype=np.float32)
+    for start in range(0, len(images), encoder.batch_size):
+        chunk = images[start : start + encoder.batch_size]
+        out[start : start + len(chunk)] = encoder.embed_preprocessed(
+            np.stack([preprocess.checked(image) for image in chunk])
+        )
+    return out
+
+
 #: values this far outside [0, 1] are clipped back silently (decoder rounding); beyond it the image
 #: is rejected
 RANGE_TOLERANCE = 1e-4

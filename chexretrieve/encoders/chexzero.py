@@ -29,6 +29,7 @@ from chexretrieve.encoders.base import (
     EncoderError,
     check_greyscale_images,
     check_texts,
+    embed_through_preprocessor,
     unit_rows,
 )
 from chexretrieve.encoders.checkpoint import load_matching_state_dict, read_checkpoint
@@ -126,15 +127,7 @@ class ChexzeroEncoder:
         return f"ChexzeroEncoder({self.encoder_id}, {self.checkpoint}, device={self.device})"
 
     def embed_images(self, images: Sequence[np.ndarray]) -> np.ndarray:
-        preprocess = self.image_preprocessor()
-        images = check_greyscale_images(images)
-        out = np.zeros((len(images), self.embed_dim), dtype=np.float32)
-        for start in range(0, len(images), self.batch_size):
-            chunk = images[start : start + self.batch_size]
-            out[start : start + len(chunk)] = self.embed_preprocessed(
-                np.stack([preprocess.checked(image) for image in chunk])
-            )
-        return out
+        return embed_through_preprocessor(self, images)
 
     def image_preprocessor(self) -> ChexzeroPreprocess:
         """One image's model input, (3, side, side) float32 (see ``split_preprocessing``)."""

@@ -19,7 +19,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from chexretrieve.encoders.base import check_greyscale_images, check_texts, unit_rows
+from chexretrieve.encoders.base import (
+    check_greyscale_images,
+    check_texts,
+    embed_through_preprocessor,
+    unit_rows,
+)
 from chexretrieve.encoders.checkpoint import SHORT_HASH_LENGTH
 from chexretrieve.encoders.config import EncoderConfig
 from chexretrieve.encoders.device import inference_context, resolve_batch_size, select_device
@@ -92,15 +97,7 @@ class PhantomEncoder:
         return f"PhantomEncoder({self.encoder_id}, {self.source}, device={self.device})"
 
     def embed_images(self, images: Sequence[np.ndarray]) -> np.ndarray:
-        preprocess = self.image_preprocessor()
-        images = check_greyscale_images(images)
-        out = np.zeros((len(images), self.embed_dim), dtype=np.float32)
-        for start in range(0, len(images), self.batch_size):
-            chunk = images[start : start + self.batch_size]
-            out[start : start + len(chunk)] = self.embed_preprocessed(
-                np.stack([preprocess.checked(image) for image in chunk])
-            )
-        return out
+        return embed_through_preprocessor(self, images)
 
     def image_preprocessor(self) -> PhantomPreprocess:
         """One image's model input, (1, size, size) float32 (see ``split_preprocessing``)."""
