@@ -104,6 +104,26 @@ def _user_errors(fn):
     return wrapper
 
 
+def _ranking_column(prefix: str) -> tuple[gr.HTML, gr.Gallery, gr.HTML]:
+    """Title, thumbnail gallery and table of one ranking (cosine or the anchor geometry), with
+    elem_ids ``{prefix}-title``, ``{prefix}-gallery`` and ``{prefix}-table``."""
+    with gr.Column(min_width=320):
+        title = gr.HTML(elem_id=f"{prefix}-title")
+        gallery = gr.Gallery(
+            show_label=False,
+            columns=4,
+            height=400,
+            object_fit="contain",
+            allow_preview=False,
+            format="png",
+            buttons=[],
+            elem_classes=["cx-results"],
+            elem_id=f"{prefix}-gallery",
+        )
+        table = gr.HTML(elem_id=f"{prefix}-table")
+    return title, gallery, table
+
+
 def build_app(
     lookup: CaseLookup, curation: CurationDesk | None = None, config: UIConfig | None = None
 ) -> gr.Blocks:
@@ -233,34 +253,8 @@ def build_app(
                                 )
                         search_btn = gr.Button("Search", variant="primary", elem_id="search")
                         with gr.Row(equal_height=False):
-                            with gr.Column(min_width=320):
-                                cos_title = gr.HTML(elem_id="cos-title")
-                                cos_gallery = gr.Gallery(
-                                    show_label=False,
-                                    columns=4,
-                                    height=400,
-                                    object_fit="contain",
-                                    allow_preview=False,
-                                    format="png",
-                                    buttons=[],
-                                    elem_classes=["cx-results"],
-                                    elem_id="cos-gallery",
-                                )
-                                cos_table = gr.HTML(elem_id="cos-table")
-                            with gr.Column(min_width=320):
-                                geo_title = gr.HTML(elem_id="geo-title")
-                                geo_gallery = gr.Gallery(
-                                    show_label=False,
-                                    columns=4,
-                                    height=400,
-                                    object_fit="contain",
-                                    allow_preview=False,
-                                    format="png",
-                                    buttons=[],
-                                    elem_classes=["cx-results"],
-                                    elem_id="geo-gallery",
-                                )
-                                geo_table = gr.HTML(elem_id="geo-table")
+                            cos_title, cos_gallery, cos_table = _ranking_column("cos")
+                            geo_title, geo_gallery, geo_table = _ranking_column("geo")
                         with gr.Row(elem_classes=["cx-feedback"]):
                             rel_btn = gr.Button(
                                 "Mark selected relevant", size="sm", elem_id="mark-rel"
