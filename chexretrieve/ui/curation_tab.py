@@ -1,0 +1,101 @@
+"""The "Curation" tab: browse a finding's anchor sets, edit one as text, save it as a new
+version, measure the edit's impact on the archive."""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from chexretrieve.findings import FINDINGS
+from chexretrieve.ui.curation import CurationDesk, sentences_html, set_as_text
+from chexretrieve.ui.events import PRIVATE, user_errors
+from chexretrieve.ui.handlers import CaseLookup
+from chexretrieve.ui.lookup_tab import DEFAULT_FINDING, LookupTab
+from chexretrieve.ui.render import esc
+
+
+def build_curation_tab(
+    app: gr.Blocks, curation: CurationDesk, lookup: CaseLookup, search: LookupTab
+) -> None:
+    """Lay out the tab and wire its events; a saved version of the search's finding is offered
+    in the lookup tab's anchor-set dropdown at once."""
+    with gr.Tab("Curation", id="curation"):
+        with gr.Row(equal_height=False):
+            with gr.Column(scale=1):
+                cur_finding = gr.Dropdown(
+                    list(FINDINGS),
+                    value=DEFAULT_FINDING,
+                    label="Finding",
+                    elem_id="cur-finding",
+                )
+                cur_keys = curation.set_choices(DEFAULT_FINDING)
+                cur_set = gr.Dropdown(
+                    cur_keys,
+                    value=cur_keys[0] if cur_keys else None,
+                    label="Anchor set",
+                    elem_id="cur-set",
+                )
+                cur_edit = gr.Textbox(
+                    label="Edit: one sentence per line, '+ ' positive, '- ' negative",
+                    lines=16,
+                    max_lines=40,
+                    elem_id="cur-edit",
+                )
+                cur_desc = gr.Textbox(
+                    label="What changed (saved with the new version)",
+                    elem_id="cur-desc",
+                )
+                with gr.Row():
+                    save_btn = gr.Button(
+                        "Save as new version", variant="primary", elem_id="cur-save"
+                    )
+                    impact_btn = gr.Button("Measure impact", elem_id="cur-impact")
+                cur_status = gr.Markdown(elem_id="cur-status")
+            with gr.Column(scale=2):
+                cur_table = gr.HTML(elem_id="cur-table")
+                impact_md = gr.Markdown(elem_id="cur-impact-report")
+
+    @user_errors
+    def show_set(key):
+        if not key:
+            return "", "", ""
+        anchor_set_obj = curation.get(key)
+        return sentences_html(anchor_set_obj), set_as_text(anchor_set_obj), ""
+
+    @user_errors
+    def cur_finding_changed(fnd):
+        keys = curation.set_choices(fnd)
+        return gr.update(choices=keys, value=keys[0] if keys else None)
+
+    @user_errors
+    def save_version(key, text, description, search_finding):
+        saved = curation.save_edit(key, text, description)
+        status = f"Saved **{esc(saved.key)}** as `{esc(saved.path.name)}` · {esc(saved.summary)}"
+        if saved.warnings:
+            status += "\n\nWarnings: " + "; ".join(esc(w) for w in saved.warnings)
+        new_set = curation.get(saved.key)
+        keys = curation.set_choices(new_set.finding)
+        search_update = gr.skip()
+        if new_set.finding == search_finding:
+            search_keys, _ = lookup.anchor_set_choices(search_finding)
+            search_update = gr.update(choices=search_keys)
+        return (gr.update(choices=keys, value=saved.key), status,
+                sentences_html(new_set), search_update)  # fmt: skip
+
+    @user_errors
+    def impact(key):
+        before = curation.previous_key(key)
+        if before is None:
+            raise ValueError(f"{key} is a first version; select an edited version to compare")
+        return curation.impact_markdown(before, key)
+
+    cur_set.change(show_set, cur_set, [cur_table, cur_edit, impact_md], **PRIVATE)
+    cur_finding.input(cur_finding_changed, cur_finding, cur_set, **PRIVATE)
+    save_btn.click(
+        save_version,
+        [cur_set, cur_edit, cur_desc, search.finding],
+        [cur_set, cur_status, cur_table, search.anchor_set],
+        **PRIVATE,
+    )
+    impact_btn.click(impact, cur_set, impact_md, **PRIVATE)
+
+    app.load(show_set, cur_set, [cur_table, cur_edit, impact_md], **PRIVATE)
