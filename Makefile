@@ -7,12 +7,14 @@ STAMP := $(VENV)/.chexretrieve-installed
 
 .PHONY: setup demo test lint format adversarial
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# the local CPU wheel first: a bare `torch` would pull a multi-GB CUDA build
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e '.[dev]'
+	# the reference implementation of the encoder tests, without torchvision (see pyproject.toml)
+	$(PY) -m pip install -q --no-deps open_clip_torch==3.3.0
 	touch $(STAMP)
 
 setup: $(STAMP)

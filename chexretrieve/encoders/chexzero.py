@@ -5,8 +5,9 @@ reads one, builds the model from its shapes and returns an ``Encoder``. Its imag
 (``preprocess_chexzero``) follows CheXzero's:
 
 1. pixel values in [0, 1] rounded to 8 bits (CheXzero was trained on 8-bit JPEGs);
-2. long side resized to 320 (PIL's 8-bit Lanczos, the filter once called ANTIALIAS) and centred on
-   a zero-padded 320 x 320 square;
+2. long side resized to 320 (PIL's 8-bit Lanczos, the filter once called ANTIALIAS; sides
+   computed as ``int(n * (320 / long))``, which gives 319 for some long sides) and centred on a
+   zero-padded 320 x 320 square;
 3. normalised with mean 101.48761 and std 83.43944 on that 0-255 scale;
 4. resized to the model's input side (224) by bicubic interpolation without antialiasing (as the
    torchvision of CheXzero's release resized tensors);
@@ -51,15 +52,18 @@ PIXEL_STD = 83.43944
 
 
 def pad_to_square(image: np.ndarray, side: int = PAD_SIDE) -> np.ndarray:
-    """8-bit ``side`` x ``side`` canvas: long side resized to ``side`` (Lanczos), centred on zeros.
+    """8-bit ``side`` x ``side`` canvas: long side resized to about ``side`` (Lanczos), centred on
+    zeros.
 
-    ``image`` is a 2-D uint8 array. The short side becomes floor(short * side / long), at least 1;
-    the image sits at offset ((side - width) // 2, (side - height) // 2).
+    ``image`` is a 2-D uint8 array. Each side n becomes ``int(n * (side / long))`` in floats,
+    exactly as CheXzero's ``preprocess`` computes it, so the long side is sometimes ``side - 1``
+    (319 for 581, 1077 or 2139 pixels); a side that would become 0 is kept at 1 (CheXzero fails
+    there). The image sits at offset ((side - width) // 2, (side - height) // 2).
     """
     height, width = image.shape
-    long = max(height, width)
-    new_height = max(1, height * side // long)
-    new_width = max(1, width * side // long)
+    ratio = float(side) / max(height, width)
+    new_height = max(1, int(height * ratio))
+    new_width = max(1, int(width * ratio))
     resized = Image.fromarray(image).resize((new_width, new_height), Image.Resampling.LANCZOS)
     square = np.zeros((side, side), dtype=np.uint8)
     top, left = (side - new_height) // 2, (side - new_width) // 2

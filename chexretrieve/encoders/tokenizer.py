@@ -8,9 +8,11 @@ Two file formats hold the same tokenizer:
   ``<|startoftext|>`` and ``<|endoftext|>``.
 - A Hugging Face CLIP tokenizer folder: ``vocab.json`` (token -> id) and ``merges.txt``.
 
-Text is cleaned as CLIP does (HTML entities unescaped, Unicode NFC, runs of whitespace collapsed,
-lower case; ftfy's mojibake repair is not applied), split into words with CLIP's pattern, and each
-word is encoded as bytes mapped to printable symbols and merged pairwise by merge rank.
+Text is cleaned exactly as OpenAI CLIP and CheXzero clean it (``ftfy.fix_text``, HTML entities
+unescaped twice, whitespace runs collapsed, lower case), split into words with CLIP's pattern, and
+each word is encoded as bytes mapped to printable symbols (``bytes_to_unicode``) and merged pairwise
+by merge rank. The result is token for token the one of CheXzero's ``simple_tokenizer.py``; the
+tests check it against ``open_clip.tokenizer`` with OpenAI's real vocabulary.
 """
 
 from __future__ import annotations
@@ -19,10 +21,10 @@ import functools
 import gzip
 import html
 import json
-import unicodedata
 from collections.abc import Sequence
 from pathlib import Path
 
+import ftfy
 import numpy as np
 import regex
 
@@ -43,32 +45,41 @@ WORD_PATTERN = regex.compile(
 )
 
 
+#: CLIP's whitespace: the ``regex`` module's Unicode \s, as in CheXzero's ``whitespace_clean``
+WHITESPACE = regex.compile(r"\s+")
+
+
+@functools.cache
+def bytes_to_unicode() -> dict[int, str]:
+    """OpenAI's byte -> printable character table, in OpenAI's order (the vocabulary's order).
+
+    The printable Latin-1 bytes ('!'..'~', '¡'..'¬', '®'..'ÿ') come first and stand for themselves;
+    the other 68 byte values follow in increasing order as the characters 256, 257, ... So '!' is
+    vocabulary id 0, 'a' id 64 and the first non-printable byte (0) id 188.
+    """
+    printable = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    ]
+    table = {value: chr(value) for value in printable}
+    others = [value for value in range(256) if value not in table]
+    table.update({value: chr(256 + i) for i, value in enumerate(others)})
+    return table
+
+
 @functools.cache
 def byte_symbols() -> tuple[str, ...]:
-    """One printable character per byte value (index = byte), as GPT-2 / CLIP byte-level BPE use.
-
-    Bytes that are printable Latin-1 characters stand for themselves; the other 68 byte values are
-    given the characters 256, 257, ... in increasing byte order.
-    """
-    printable = set(range(ord("!"), ord("~") + 1))
-    printable |= set(range(ord("¡"), ord("¬") + 1))
-    printable |= set(range(ord("®"), ord("ÿ") + 1))
-    symbols = []
-    extra = 0
-    for value in range(256):
-        if value in printable:
-            symbols.append(chr(value))
-        else:
-            symbols.append(chr(256 + extra))
-            extra += 1
-    return tuple(symbols)
+    """The printable character of each byte value, indexed by the byte (``bytes_to_unicode``)."""
+    table = bytes_to_unicode()
+    return tuple(table[value] for value in range(256))
 
 
 def clean_text(text: str) -> str:
-    """CLIP's text cleaning (without ftfy): unescape HTML twice, NFC, collapse whitespace, lower."""
-    text = html.unescape(html.unescape(text))
-    text = unicodedata.normalize("NFC", text)
-    return " ".join(text.split()).lower()
+    """CLIP's text cleaning: ``ftfy.fix_text``, HTML unescaped twice, whitespace runs collapsed to
+    one space, ends stripped, lower case (CheXzero's ``basic_clean`` + ``whitespace_clean``)."""
+    text = html.unescape(html.unescape(ftfy.fix_text(text))).strip()
+    return WHITESPACE.sub(" ", text).strip().lower()
 
 
 class ClipBpeTokenizer:
@@ -141,7 +152,9 @@ class ClipBpeTokenizer:
     def encode_batch(self, texts: Sequence[str], max_tokens: int) -> tuple[np.ndarray, np.ndarray]:
         """(ids, end_positions): int64 ids padded with 0 to the longest sentence, start and end
         tokens added; a sentence longer than ``max_tokens`` is cut and ends with the end token, as
-        CheXzero's training code does. ``end_positions[i]`` is where sentence i's end token sits.
+        CheXzero's training code does. ``end_positions[i]`` is where sentence i's *first* end token
+        sits: the text tower pools there, as CLIP's ``text.argmax(dim=-1)`` does (the end token
+        has the highest id), also when the sentence itself contains a literal ``<|endoftext|>``.
         """
         rows = []
         for text in texts:
@@ -151,7 +164,7 @@ class ClipBpeTokenizer:
         ids = np.zeros((len(rows), width), dtype=np.int64)
         for i, row in enumerate(rows):
             ids[i, : len(row)] = row
-        ends = np.array([len(row) - 1 for row in rows], dtype=np.int64)
+        ends = np.array([row.index(self.end_id) for row in rows], dtype=np.int64)
         return ids, ends
 
 
@@ -164,7 +177,7 @@ def _read_openai_merges(path: Path) -> ClipBpeTokenizer:
             f"tokenizer {path}: cannot read it as a gzip text file ({error})"
         ) from error
     merges = _parse_merges(lines[1:], path, first_line=2)[:OPENAI_MERGE_COUNT]
-    symbols = list(byte_symbols())
+    symbols = list(bytes_to_unicode().values())  # OpenAI's order, not byte order
     tokens = symbols + [s + END_OF_WORD for s in symbols] + ["".join(p) for p in merges]
     tokens += [START_TOKEN, END_TOKEN]
     return ClipBpeTokenizer({token: i for i, token in enumerate(tokens)}, merges, str(path))

@@ -39,8 +39,16 @@ def byte_symbol_list() -> list[str]:
     return [table[b] for b in range(256)]
 
 
+def openai_byte_order() -> list[str]:
+    """The 256 byte symbols in OpenAI's vocabulary order (``bytes_to_unicode().values()``):
+    printable bytes first, then the others in byte order."""
+    table = byte_symbol_list()
+    printable = [b for b in range(256) if table[b] == chr(b)]
+    return [table[b] for b in printable] + [table[b] for b in range(256) if table[b] != chr(b)]
+
+
 def tiny_vocab() -> list[str]:
-    symbols = byte_symbol_list()
+    symbols = openai_byte_order()
     return (
         symbols
         + [s + "</w>" for s in symbols]

@@ -87,6 +87,23 @@ def test_padding_geometry_is_exact() -> None:
     assert (rows.min(), rows.max() + 1) == (0, 320)
 
 
+@pytest.mark.parametrize("shape", [(1711, 2139), (2139, 1711), (400, 581), (1077, 90)])
+def test_long_side_rounding_is_chexzeros_319(shape: tuple[int, int]) -> None:
+    # CheXzero's data_process.preprocess: ratio = float(320) / max(size);
+    # new_size = tuple([int(x * ratio) for x in size]) -> 319 for 581, 1077 and 2139 pixels
+    rng = np.random.default_rng(5)
+    image = (0.2 + 0.8 * rng.random(shape)).astype(np.float32)  # never black after resizing
+    height, width = shape
+    ratio = float(320) / max(width, height)
+    new_width, new_height = int(width * ratio), int(height * ratio)
+    assert max(new_width, new_height) == 319
+    canvas = pad_to_square(np.rint(image * 255).astype(np.uint8))
+    assert np.array_equal(canvas, _restated_chexzero_canvas(image))
+    rows, cols = np.nonzero(canvas)
+    assert (rows.max() - rows.min() + 1, cols.max() - cols.min() + 1) == (new_height, new_width)
+    assert (rows.min(), cols.min()) == ((320 - new_height) // 2, (320 - new_width) // 2)
+
+
 def test_black_image_is_the_normalised_zero_everywhere() -> None:
     pixels = preprocess_chexzero(np.zeros((50, 80), dtype=np.float32), 32)
     assert pixels.shape == (3, 32, 32)
