@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml Makefile
 setup: $(STAMP)
 
 demo: setup
-	$(PY) -m chexretrieve demo
+	$(PY) -m chexretrieve demo $(if $(PORT),--port $(PORT))
 
 test: setup
 	$(PY) -m ruff check chexretrieve tests benchmarks

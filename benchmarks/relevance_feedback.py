@@ -15,9 +15,9 @@ import argparse
 
 import numpy as np
 
+from chexretrieve.app import AppConfig, open_search_app
 from chexretrieve.evaluation.metrics import average_precision_rows
 from chexretrieve.findings import FINDINGS
-from chexretrieve.search.application import open_search_service
 from chexretrieve.search.service import SearchRequest
 
 
@@ -29,7 +29,7 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=25, help="queries per finding (at most)")
     parser.add_argument("--seen", type=int, default=10, help="results the user marks")
     args = parser.parse_args()
-    service = open_search_service(args.db, args.encoder)
+    service = open_search_app(AppConfig(args.db, args.encoder)).service
     gallery = service.gallery
     split = gallery.metadata["split"].to_numpy()
     print(f"{'finding':<28} {'geometry':<10} {'n':>3} {'AP before':>9} {'AP after':>9} {'gain':>7}")

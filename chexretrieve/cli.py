@@ -49,6 +49,9 @@ def demo_command(
     """Run the end-to-end demo: phantom archive -> ingest -> case-lookup UI (see README)."""
     from pathlib import Path
 
+    from rich.console import Console
+    from rich.markup import escape
+
     from chexretrieve.demo import run_demo
     from chexretrieve.demo.config import DemoConfig
 
@@ -56,7 +59,11 @@ def demo_command(
         config = DemoConfig(data_dir=Path(data_dir), n_images=n_images, serve=serve, port=port)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
-    run_demo(config)
+    try:
+        run_demo(config)
+    except (ValueError, OSError) as exc:  # busy port, unwritable folder: one line, no traceback
+        Console(stderr=True).print(f"[red]error:[/red] {escape(str(exc))}")
+        raise typer.Exit(2) from None
 
 
 from chexretrieve.search.commands import search_command  # noqa: E402
@@ -86,10 +93,6 @@ app.add_typer(anchors_app, name="anchors")
 from chexretrieve.encoders.commands import encoders_app  # noqa: E402
 
 app.add_typer(encoders_app, name="encoders")
-
-from chexretrieve.anchors.commands import anchors_app  # noqa: E402
-
-app.add_typer(anchors_app, name="anchors")
 
 
 def main() -> None:

@@ -95,6 +95,10 @@ def run_demo(config: DemoConfig | None = None) -> None:
     from chexretrieve.store import open_store
 
     config = config or DemoConfig()
+    if config.serve:  # a busy port is said in one line before minutes of work, not after
+        from chexretrieve.app import ensure_port_free
+
+        ensure_port_free(config.host, config.port)
     started = time.perf_counter()
     console.print(SIMULATION_NOTICE)
     config.data_dir.mkdir(parents=True, exist_ok=True)
@@ -122,14 +126,14 @@ def run_demo(config: DemoConfig | None = None) -> None:
 
 def example_search(config: DemoConfig, store) -> None:
     """Print one search (by the first validation case positive for pleural effusion)."""
-    from chexretrieve.search.application import open_search_service
+    from chexretrieve.app import AppConfig, open_search_app
     from chexretrieve.search.commands import print_result
     from chexretrieve.search.config import SearchConfig
     from chexretrieve.search.service import SearchRequest
 
-    service = open_search_service(
-        None, config.encoder, SearchConfig(feature_cache_dir=config.feature_cache_dir), store=store
-    )
+    search = SearchConfig(feature_cache_dir=config.feature_cache_dir)
+    app_config = AppConfig(config.db_url, config.encoder, search=search)
+    service = open_search_app(app_config, store=store).service
     gallery = service.gallery
     finding = "Pleural Effusion"
     positive = gallery.labels[finding].to_numpy() == 1.0

@@ -28,7 +28,12 @@ def search_command(
     image: Path | None = typer.Option(
         None, "--image", exists=True, dir_okay=False, help="DICOM / PNG / JPEG to query by."
     ),
-    db: str | None = typer.Option(None, "--db", help="Store URL (default: the demo SQLite file)."),
+    db: str | None = typer.Option(
+        None,
+        "--db",
+        help="Store URL (default: $CHEXRETRIEVE_DB, else ./chexretrieve.sqlite if it exists, "
+        "else the demo store data/demo/chexretrieve.sqlite; none is ever created).",
+    ),
     encoder: str = typer.Option("phantom", "--encoder", help="Encoder spec of the archive."),
     geometry: str = typer.Option(
         "softmax", "--geometry", "-g", help=f"One of: {', '.join(GEOMETRY_CHOICES)}."
@@ -50,8 +55,9 @@ def search_command(
 ) -> None:
     """Find archived cases similar to a query case or image with respect to one finding."""
     from rich.console import Console
+    from rich.markup import escape
 
-    from chexretrieve.search.application import open_search_service
+    from chexretrieve.app import AppConfig, open_search_app
     from chexretrieve.search.gallery import SearchFilters
     from chexretrieve.search.service import SearchRequest
 
@@ -68,7 +74,7 @@ def search_command(
             date_to=_date(date_to, "--date-to"),
             label_known=label_known,
         )
-        service = open_search_service(db, encoder)
+        service = open_search_app(AppConfig(db_url=db, encoder=encoder)).service
         pixels = None
         if image is not None:
             from chexretrieve.dicom import read_radiograph
@@ -87,8 +93,8 @@ def search_command(
                 explain=explain,
             )
         )
-    except ValueError as exc:
-        console.print(f"[red]error:[/red] {exc}")
+    except ValueError as exc:  # StoreError, EncoderError and bad requests: one line, exit 2
+        console.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from None
 
     if as_json:

@@ -6,7 +6,7 @@ top-level ``db/`` folder, and returns a ``Store``. See ``chexretrieve.store.stor
 """
 
 from chexretrieve.store.config import DEFAULT_DB_URL, StoreConfig
-from chexretrieve.store.engine import StoreError, database_label, default_db_url
+from chexretrieve.store.engine import StoreError, database_label, default_db_url, sqlite_file
 from chexretrieve.store.records import (
     BatchItem,
     EncoderRecord,
@@ -38,4 +38,5 @@ __all__ = [
     "database_label",
     "default_db_url",
     "open_store",
+    "sqlite_file",
 ]

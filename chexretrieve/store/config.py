@@ -24,3 +24,6 @@ class StoreConfig:
     migrations_dir: str = ""
     # log every SQL statement (debugging only)
     echo_sql: bool = False
+    # create a missing SQLite file (ingest); False = refuse with StoreError, as read-only commands
+    # (search, serve) do, so a mistyped --db never leaves an empty store behind
+    create_if_missing: bool = True

@@ -63,7 +63,13 @@ def create_store_engine(config: StoreConfig) -> Engine:
                 "vanish at exit and cannot be shared with readers; give a file, e.g. "
                 "sqlite:///archive.sqlite"
             )
-        folder = Path(database).expanduser().resolve().parent
+        path = Path(database).expanduser().resolve()
+        if not config.create_if_missing and not path.is_file():
+            raise StoreError(
+                f"no chexretrieve store at {path}; ingest an archive into it first "
+                "(`chexretrieve ingest FOLDER --db URL`), run `make demo`, or give another --db"
+            )
+        folder = path.parent
         if not folder.is_dir():
             raise StoreError(
                 f"folder {folder} of the SQLite database {database!r} does not exist; create it "
@@ -145,6 +151,17 @@ def database_label(url: str) -> str:
         return make_url(url).render_as_string(hide_password=True)
     except ArgumentError:
         return "<unparseable URL>"
+
+
+def sqlite_file(url: str) -> Path | None:
+    """The database file a ``sqlite:///`` URL names (None for other databases or bad URLs)."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return None
+    if parsed.get_backend_name() != "sqlite" or not parsed.database:
+        return None
+    return Path(parsed.database).expanduser()
 
 
 def default_db_url() -> str:

@@ -50,31 +50,14 @@ def build_app(
 def open_case_lookup(config: UIConfig) -> tuple[CaseLookup, CurationDesk]:
     """Open the store and encoder named by ``config`` and build the handlers (searches and
     studies viewed are recorded in the audit trail, see chexretrieve.audit)."""
-    from chexretrieve.audit import open_audit_log
-    from chexretrieve.ingest.commands import load_any_encoder
+    from chexretrieve.app import AppConfig, open_search_app
     from chexretrieve.search.config import SearchConfig
-    from chexretrieve.search.service import SearchService
-    from chexretrieve.search.sources import StoreAnchorProvider, gallery_from_store
-    from chexretrieve.store import open_store
 
-    store = open_store(config.db_url)
-    encoder = load_any_encoder(config.encoder)
-    if store.encoder(encoder.encoder_id) is None:
-        known = ", ".join(e.encoder_id for e in store.encoders()) or "none"
-        raise ValueError(
-            f"the archive holds no embeddings of encoder {encoder.encoder_id!r} (stored: {known}); "
-            "ingest with that encoder first or pass --encoder"
-        )
-    audit = open_audit_log()
-    service = SearchService(
-        lambda: gallery_from_store(store, encoder.encoder_id),
-        StoreAnchorProvider(store, encoder, config.anchors_dir),
-        encoder=encoder,
-        config=SearchConfig(
-            feature_cache_dir=config.feature_cache_dir, index_kind=config.index_kind
-        ),
-        audit=audit,
+    search = SearchConfig(feature_cache_dir=config.feature_cache_dir, index_kind=config.index_kind)
+    root = open_search_app(
+        AppConfig(config.db_url, config.encoder, anchors_dir=config.anchors_dir, search=search)
     )
+    service, store, audit = root.service, root.store, root.audit
     lookup = CaseLookup(
         service,
         store,
@@ -85,7 +68,7 @@ def open_case_lookup(config: UIConfig) -> tuple[CaseLookup, CurationDesk]:
         thumbnail_dir=config.feature_cache_dir / "thumbnails" if config.feature_cache_dir else None,
         audit=audit,
     )
-    curation = CurationDesk(config.anchors_dir, store, encoder, lambda: service.gallery)
+    curation = CurationDesk(config.anchors_dir, store, root.encoder, lambda: service.gallery)
     return lookup, curation
 
 

@@ -12,7 +12,10 @@ from chexretrieve.ui.config import PASSWORD_ENV
 
 def serve_command(
     db: str | None = typer.Option(
-        None, "--db", help="Store URL (default: $CHEXRETRIEVE_DB or ./chexretrieve.sqlite)."
+        None,
+        "--db",
+        help="Store URL (default: $CHEXRETRIEVE_DB, else ./chexretrieve.sqlite if it exists, "
+        "else the demo store data/demo/chexretrieve.sqlite; none is ever created).",
     ),
     encoder: str = typer.Option("phantom", "--encoder", help="Encoder spec of the archive."),
     host: str = typer.Option(
@@ -64,10 +67,12 @@ def serve_command(
             anchors_dir=anchors,
             index_kind=index,
         )
+        from chexretrieve.app import ensure_port_free
         from chexretrieve.ui import serve_app
 
+        ensure_port_free(host, port)  # before the archive and the model are loaded
         console.print(f"case lookup on http://{host}:{port} (Ctrl+C stops it)")
         serve_app(config)
-    except ValueError as exc:
+    except (ValueError, OSError) as exc:  # busy port, missing store: one line, no traceback
         console.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from None

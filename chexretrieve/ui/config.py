@@ -26,7 +26,8 @@ def is_loopback(host: str) -> bool:
 
 @dataclass(frozen=True)
 class UIConfig:
-    # SQLAlchemy URL of the store to search; None = $CHEXRETRIEVE_DB, else ./chexretrieve.sqlite
+    # SQLAlchemy URL of the store to search; None = AppConfig.db_url's rule ($CHEXRETRIEVE_DB,
+    # else ./chexretrieve.sqlite or the demo store when it exists; never created)
     db_url: str | None = None
     # encoder spec the archive was ingested with (phantom, chexzero:FILE, hf-clip:DIR)
     encoder: str = "phantom"

@@ -1,0 +1,26 @@
+"""Settings of the composition root (what every searching entry point opens)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from chexretrieve.audit.config import AuditConfig
+from chexretrieve.search.config import SearchConfig
+
+
+@dataclass(frozen=True)
+class AppConfig:
+    # store to search: a SQLAlchemy URL; None = $CHEXRETRIEVE_DB, else ./chexretrieve.sqlite when
+    # it exists, else the demo store data/demo/chexretrieve.sqlite when it exists (never created)
+    db_url: str | None = None
+    # encoder spec the archive was ingested with (phantom, chexzero:FILE, hf-clip:DIR)
+    encoder: str = "phantom"
+    # where the encoder runs: auto, cpu, cuda, cuda:N
+    device: str = "auto"
+    # anchor-set folder; None = $CHEXRETRIEVE_ANCHORS, else the repository's anchors/
+    anchors_dir: Path | None = None
+    # settings of the search service (feature cache folder, ranking index, feedback weights, ...)
+    search: SearchConfig = field(default_factory=SearchConfig)
+    # the audit trail every search is written to (AuditConfig.path / $CHEXRETRIEVE_AUDIT_LOG)
+    audit: AuditConfig = field(default_factory=AuditConfig)

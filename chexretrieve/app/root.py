@@ -1,0 +1,67 @@
+"""``open_search_app``: the one place wiring a store, an encoder, anchors and the audit trail."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from chexretrieve.app.config import AppConfig
+from chexretrieve.app.stores import resolve_read_store
+from chexretrieve.search.service import SearchService
+from chexretrieve.search.sources import StoreAnchorProvider, gallery_from_store
+
+
+@dataclass
+class SearchApp:
+    """The objects every searching entry point shares, built once by :func:`open_search_app`."""
+
+    config: AppConfig
+    store: Any  # chexretrieve.store.Store
+    encoder: Any  # chexretrieve.encoders.Encoder
+    anchors: StoreAnchorProvider
+    audit: Any  # chexretrieve.audit.AuditLog, or None when AuditConfig.enabled is False
+    service: SearchService
+
+
+def load_app_encoder(spec: str, device: str = "auto"):  # noqa: ANN201
+    """The encoder named by ``spec`` (EncoderError / ValueError with what to change)."""
+    from chexretrieve.ingest.commands import load_any_encoder
+
+    return load_any_encoder(spec, device)
+
+
+def open_search_app(
+    config: AppConfig | None = None, *, store: Any = None, encoder: Any = None
+) -> SearchApp:
+    """Open (never create) the store, load the encoder, open the audit trail, build the service.
+
+    ``store`` / ``encoder``: already open ones to use instead of ``config.db_url`` /
+    ``config.encoder`` (the demo passes the store it just ingested into, tests their stand-in
+    encoder). ValueError when the store lacks the encoder's embeddings.
+    """
+    from chexretrieve.audit import open_audit_log
+    from chexretrieve.store import StoreConfig, open_store
+
+    config = config or AppConfig()
+    if store is None:
+        url = resolve_read_store(config.db_url)
+        store = open_store(config=StoreConfig(url=url, create_if_missing=False))
+    if encoder is None:
+        encoder = load_app_encoder(config.encoder, config.device)
+    if store.encoder(encoder.encoder_id) is None:
+        known = ", ".join(e.encoder_id for e in store.encoders()) or "none"
+        raise ValueError(
+            f"the archive {store.label} holds no embeddings of encoder {encoder.encoder_id!r} "
+            f"(stored: {known}); ingest with that encoder first "
+            "(`chexretrieve ingest FOLDER --db URL --encoder SPEC`) or pass its --encoder"
+        )
+    audit = open_audit_log(config.audit)
+    anchors = StoreAnchorProvider(store, encoder, config.anchors_dir)
+    service = SearchService(
+        lambda: gallery_from_store(store, encoder.encoder_id),
+        anchors,
+        encoder=encoder,
+        config=config.search,
+        audit=audit,
+    )
+    return SearchApp(config, store, encoder, anchors, audit, service)
