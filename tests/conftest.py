@@ -31,3 +31,57 @@ def require_binary(path_or_name: str) -> str:
     found = shutil.which(path_or_name) or (path_or_name if os.path.exists(path_or_name) else None)
     require(found is not None, f"binary {path_or_name}")
     return found  # type: ignore[return-value]
+
+
+# -------------------------------------------------------------------------- speed-independence
+# No test may depend on machine speed (issue 16): Hypothesis' per-example deadline (200 ms by
+# default) and its "data generation too slow" health check both fail on a busy machine, so both
+# are off for every test, including ones added later.
+try:
+    from hypothesis import HealthCheck, settings
+
+    settings.register_profile(
+        "chexretrieve", deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    )
+    settings.load_profile("chexretrieve")
+except ImportError:  # pragma: no cover - hypothesis is a dev dependency
+    pass
+
+
+# -------------------------------------------------------------------------- one PostgreSQL server
+def _postgres_server_module():  # noqa: ANN202
+    """tests/scale/scale_postgres_server.py, loaded by path (one copy per session)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    name = "chexretrieve_tests_postgres_server"
+    if name not in sys.modules:
+        path = Path(__file__).resolve().parent / "scale" / "scale_postgres_server.py"
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """One throw-away PostgreSQL 15 server for the whole run (store and scale tests share it:
+    initdb and start-up cost seconds); each test gets its own database through ``postgres_url``."""
+    servers = _postgres_server_module()
+    require_binary(str(servers.PG_BIN / "initdb"))
+    require_binary(str(servers.PG_BIN / "pg_ctl"))
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        require(False, "the psycopg driver (pip install 'psycopg[binary]')")
+    server = servers.PostgresServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def postgres_url(postgres_server) -> str:
+    """SQLAlchemy URL of a fresh, empty database on the session's server."""
+    return postgres_server.create_database()

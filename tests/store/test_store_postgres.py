@@ -1,84 +1,33 @@
-"""The same store against a real PostgreSQL server started here (Debian's postgresql 15)."""
+"""The same store against a real PostgreSQL server (Debian's postgresql 15), the session's one
+from the root conftest (``postgres_url``: a fresh database per test)."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import socket
-import subprocess
-import tempfile
 import threading
-from pathlib import Path
 
 import numpy as np
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from store_fixtures import image_record, require, require_binary, unit_vector
+from store_fixtures import image_record, unit_vector
 
 from chexretrieve.store import ImageFilter, open_store
 from chexretrieve.store.schema import metadata
 
 pytestmark = pytest.mark.service
-BIN = Path("/usr/lib/postgresql/15/bin")
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def _as_postgres(*command: str) -> subprocess.CompletedProcess:
-    prefix = [] if os.geteuid() != 0 else ["runuser", "-u", "postgres", "--"]
-    return subprocess.run([*prefix, *command], capture_output=True, text=True, timeout=60)
-
-
-@pytest.fixture(scope="module")
-def postgres_server():
-    require_binary(str(BIN / "initdb"))
-    require(os.geteuid() == 0 and shutil.which("runuser") is not None, "root with runuser")
-    folder = Path(tempfile.mkdtemp(prefix="chexretrieve-pg-"))
-    folder.chmod(0o755)
-    shutil.chown(folder, "postgres", "postgres")
-    data, port = folder / "data", _free_port()
-    init = _as_postgres(str(BIN / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust",
-                        "-E", "UTF8", "--locale=C.UTF-8")  # fmt: skip
-    assert init.returncode == 0, init.stderr
-    options = f"-p {port} -c listen_addresses=127.0.0.1 -k {folder} -c fsync=off"
-    start = _as_postgres(str(BIN / "pg_ctl"), "-D", str(data), "-l", str(folder / "log"), "-w",
-                         "-o", options, "start")  # fmt: skip
-    assert start.returncode == 0, start.stderr + (folder / "log").read_text()
-    try:
-        yield f"postgresql+psycopg://postgres@127.0.0.1:{port}"
-    finally:
-        _as_postgres(str(BIN / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop")
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-@pytest.fixture
-def pg_url(postgres_server, request):
-    import psycopg
-
-    name = "t_" + request.node.name.lower().replace("[", "_").replace("]", "")[:50]
-    with psycopg.connect(f"{postgres_server.replace('+psycopg', '')}/postgres",
-                         autocommit=True) as conn:  # fmt: skip
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return f"{postgres_server}/{name}"
-
-
-def test_migrations_build_the_orm_schema_on_postgresql(pg_url):
-    store = open_store(pg_url)
+def test_migrations_build_the_orm_schema_on_postgresql(postgres_url):
+    store = open_store(postgres_url)
     with store.engine.connect() as conn:
         context = MigrationContext.configure(conn, opts={"compare_type": True})
         assert compare_metadata(context, metadata) == []
     store.close()
-    open_store(pg_url).close()  # a second open finds the schema at head
+    open_store(postgres_url).close()  # a second open finds the schema at head
 
 
-def test_store_api_on_postgresql(pg_url):
-    with open_store(pg_url) as store:
+def test_store_api_on_postgresql(postgres_url):
+    with open_store(postgres_url) as store:
         store.register_encoder("fake:a", 8, 20.0)
         for i in range(6):
             out = store.add_image_with_embedding(
@@ -103,8 +52,8 @@ def test_store_api_on_postgresql(pg_url):
         assert store.integrity_check() == []
 
 
-def test_racing_writers_insert_an_image_once_on_postgresql(pg_url):
-    stores = [open_store(pg_url) for _ in range(4)]
+def test_racing_writers_insert_an_image_once_on_postgresql(postgres_url):
+    stores = [open_store(postgres_url) for _ in range(4)]
     stores[0].register_encoder("fake:a", 8, 20.0)
     outcomes: list[str] = []
     barrier = threading.Barrier(len(stores))
@@ -127,7 +76,7 @@ def test_racing_writers_insert_an_image_once_on_postgresql(pg_url):
         store.close()
 
 
-def test_ingest_into_postgresql(pg_url, tmp_path, monkeypatch):
+def test_ingest_into_postgresql(postgres_url, tmp_path, monkeypatch):
     from PIL import Image
 
     from chexretrieve.ingest import IngestConfig, ingest_paths
@@ -137,7 +86,7 @@ def test_ingest_into_postgresql(pg_url, tmp_path, monkeypatch):
     for i in range(5):
         pixels = rng.integers(0, 256, size=(40, 40), dtype=np.uint8)
         Image.fromarray(pixels, mode="L").save(tmp_path / f"image{i}.png")
-    with open_store(pg_url) as store:
+    with open_store(postgres_url) as store:
         encoder = StandInEncoder(dim=16)
         report = ingest_paths([tmp_path], store, encoder, IngestConfig(workers=0))
         assert report.counts["ingested"] == 5 and store.count_images() == 5
