@@ -273,7 +273,7 @@ def test_search_is_unaffected_while_generation_hangs(tmp_path, monkeypatch, case
         [
             sys.executable,
             "-c",
-            "import sys, chexretrieve.search.application, chexretrieve.ui.app; "
+            "import sys, chexretrieve.app, chexretrieve.search.service, chexretrieve.ui.app; "
             "print('openai' in sys.modules)",
         ],
         cwd=REPO,
