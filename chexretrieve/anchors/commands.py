@@ -270,7 +270,9 @@ def impact_command(
     new: str = typer.Argument(..., help="The set after the edit."),
     encoder: str = _ENCODER,
     db: str | None = _DB,
-    geometry: str = typer.Option("softmax", "--geometry", help="Geometry kind used to rank."),
+    geometry: str = typer.Option(
+        "softmax", "--geometry", help="Geometry used to rank (no posterior_*: no broad prior)."
+    ),
     top_k: int = typer.Option(10, "--top-k", help="Ranked-list length compared."),
     show: int = typer.Option(5, "--show", help="Most-changed queries to list."),
     query_split: str = typer.Option("valid", "--query-split", help="Split of the query images."),
@@ -283,8 +285,8 @@ def impact_command(
     from chexretrieve.anchors.curation import measure_impact
     from chexretrieve.anchors.files import resolve_anchor_set
 
-    config = ImpactConfig(geometry=geometry, top_k=top_k, show_queries=show)
     try:
+        config = ImpactConfig(geometry=geometry, top_k=top_k, show_queries=show)
         before, after = resolve_anchor_set(old, root), resolve_anchor_set(new, root)
         store, model = _open_store_and_encoder(db, encoder)
         gallery = store.gallery(model.encoder_id)

@@ -49,7 +49,8 @@ class GenerationConfig:
 
 @dataclass(frozen=True)
 class ImpactConfig:
-    # geometry used to rank keys: a kind accepted by chexretrieve.geometry.fit_geometry
+    # geometry used to rank keys: a name of chexretrieve.geometry.GEOMETRY_KINDS (target-only;
+    # posterior versions need the broad corpus, which impact does not load)
     geometry: str = "softmax"
     # ranked list length compared before and after an edit
     top_k: int = 10
@@ -57,3 +58,14 @@ class ImpactConfig:
     show_queries: int = 5
     # inverse temperature of the geometry; None = the encoder's own logit scale
     inv_temperature: float | None = None
+
+    def __post_init__(self) -> None:
+        from chexretrieve.geometry import GEOMETRY_KINDS, geometry_name
+
+        named = geometry_name(self.geometry)  # ValueError listing the geometry names
+        if named.needs_broad_corpus:
+            raise ValueError(
+                f"impact ranks with the edited set alone; {self.geometry!r} needs the broad "
+                f"corpus as prior: choose one of {', '.join(GEOMETRY_KINDS)}"
+            )
+        object.__setattr__(self, "geometry", named.name)

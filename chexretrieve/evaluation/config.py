@@ -9,10 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from chexretrieve.findings import FINDINGS
-from chexretrieve.geometry import GEOMETRY_KINDS, POSTERIOR_KINDS
+from chexretrieve.geometry import GEOMETRIES
 
-#: every geometry the evaluation knows; ``posterior_*`` fit the broad corpus as prior first
-ALL_GEOMETRIES: tuple[str, ...] = GEOMETRY_KINDS + tuple(f"posterior_{k}" for k in POSTERIOR_KINDS)
+#: every geometry the evaluation knows, in its spelling (``posterior_*`` fit the broad corpus as
+#: prior first; ``*_posterior``, the search spelling, is accepted as the same geometry)
+ALL_GEOMETRIES: tuple[str, ...] = tuple(g.prefixed for g in GEOMETRIES)
 
 
 @dataclass(frozen=True)

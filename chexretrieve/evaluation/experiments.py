@@ -21,13 +21,7 @@ from chexretrieve.evaluation.config import (
     PosteriorConfig,
     ProtocolConfig,
 )
-from chexretrieve.evaluation.geometries import (
-    POSTERIOR_KINDS,
-    Fitter,
-    GeometrySpec,
-    fit_spec,
-    parse_geometry,
-)
+from chexretrieve.evaluation.geometries import Fitter, GeometrySpec, fit_spec, parse_geometry
 from chexretrieve.evaluation.inputs import EncodedView
 from chexretrieve.evaluation.intervals import bootstrap_mean, bootstrap_mean_of_findings
 from chexretrieve.evaluation.progress import progress_bar
@@ -38,6 +32,7 @@ from chexretrieve.evaluation.protocol import (
     finding_task,
 )
 from chexretrieve.evaluation.scoring import fit_and_score, task_average_precision
+from chexretrieve.geometry import POSTERIOR_KINDS, GeometryName
 
 AVERAGE = "Average"
 
@@ -266,7 +261,8 @@ def posterior_experiment(
     if config.posterior_geometries:
         names += list(config.posterior_geometries)
     else:
-        names += [f"posterior_{g}" for g in config.geometries if g in POSTERIOR_KINDS]
+        twins = (GeometryName(g, posterior=True) for g in config.geometries if g in POSTERIOR_KINDS)
+        names += [twin.prefixed for twin in twins]
     specs = [parse_geometry(n) for n in names]
     return anchor_curve(
         archive,

@@ -12,29 +12,16 @@ from typing import Any
 
 import numpy as np
 
-from chexretrieve.evaluation.config import ALL_GEOMETRIES
-from chexretrieve.geometry import GEOMETRY_KINDS, POSTERIOR_KINDS  # noqa: F401 (experiments imports it here)
+from chexretrieve.geometry import GEOMETRIES, GEOMETRY_KINDS, geometry_name
 
 KINDS = GEOMETRY_KINDS
 #: mixture kinds and their default number of components (chexretrieve.geometry's default)
 MIXTURE_KINDS = ("gmm", "movmf")
 DEFAULT_COMPONENTS = 4
 
-#: human-readable names used in tables and figure legends
-DISPLAY_NAMES = {
-    "cosine": "Cosine",
-    "iti": "ITI",
-    "softmax": "Softmax",
-    "gaussian": "Gaussian",
-    "latent_gaussian": "Latent Gaussian",
-    "latent_spherical": "Latent spherical",
-    "gmm": "GMM",
-    "movmf": "MovMF",
-    "posterior_gaussian": "Posterior Gaussian",
-    "posterior_latent_gaussian": "Posterior latent Gaussian",
-    "posterior_latent_spherical": "Posterior latent spherical",
-    "posterior_gmm": "Posterior GMM",
-}
+#: human-readable names used in tables and figure legends (chexretrieve.geometry.names), by the
+#: evaluation's spelling
+DISPLAY_NAMES = {g.prefixed: g.display for g in GEOMETRIES}
 
 #: fit(kind, anchors, inv_temperature, prior, **options) -> fitted geometry
 Fitter = Callable[..., Any]
@@ -71,15 +58,10 @@ def _parse_value(text: str) -> Any:
 def parse_geometry(spec: str) -> GeometrySpec:
     """'gmm:n_components=4' -> GeometrySpec(kind='gmm', options={'n_components': 4})."""
     head, sep, tail = spec.strip().partition(":")
-    if head.endswith("_posterior") and f"posterior_{head.removesuffix('_posterior')}" in (
-        ALL_GEOMETRIES
-    ):  # the search service's spelling ("gaussian_posterior") names the same geometry
-        head = f"posterior_{head.removesuffix('_posterior')}"
-        spec = head + sep + tail
-    if head not in ALL_GEOMETRIES:
-        raise ValueError(f"unknown geometry {head!r}; choose from {', '.join(ALL_GEOMETRIES)}")
-    posterior = head.startswith("posterior_")
-    kind = head.removeprefix("posterior_")
+    named = geometry_name(head)  # either spelling; ValueError listing the names
+    head = named.prefixed  # tables and reports use the evaluation's spelling
+    spec = head + sep + tail
+    posterior, kind = named.posterior, named.kind
     options: dict[str, Any] = {}
     for item in filter(None, (p.strip() for p in tail.split(","))):
         key, eq, value = item.partition("=")

@@ -20,7 +20,9 @@ kind                    anchor model q, and what the divergence becomes
 ======================  =========================================================================
 
 With a ``prior`` (broad anchors) gaussian, latent_* and gmm become posterior models adapted to the
-target anchors (NIW, matrix Bingham, Dirichlet–NIW updates).
+target anchors (NIW, matrix Bingham, Dirichlet–NIW updates). Every name a user may give for a
+geometry (``gaussian_posterior`` = ``posterior_gaussian``), its display name and whether it needs
+the broad corpus are defined once in :mod:`chexretrieve.geometry.names` (``geometry_name``).
 
 Ranking uses the symmetrised divergence
 d_sym = ½[d(q‖k) + d(k‖q)] = ½(η_q − η_k)ᵀ(∇κ(η_q) − ∇κ(η_k)). Each item therefore needs only
@@ -38,22 +40,29 @@ This package imports only numpy, scipy and scikit-learn and does no I/O.
 
 from chexretrieve.geometry.base import AnchorGeometry
 from chexretrieve.geometry.checks import UNIT_NORM_TOLERANCE
-from chexretrieve.geometry.factory import (
+from chexretrieve.geometry.factory import fit_geometry, geometry_options
+from chexretrieve.geometry.names import (
     DIVERGENCE_KINDS,
+    GEOMETRIES,
+    GEOMETRY_CHOICES,
     GEOMETRY_KINDS,
     POSTERIOR_KINDS,
-    fit_geometry,
-    geometry_options,
+    GeometryName,
+    geometry_name,
 )
 from chexretrieve.geometry.softmax import mix_anchor_sets
 
 __all__ = [
     "DIVERGENCE_KINDS",
+    "GEOMETRIES",
+    "GEOMETRY_CHOICES",
     "GEOMETRY_KINDS",
     "POSTERIOR_KINDS",
     "UNIT_NORM_TOLERANCE",
     "AnchorGeometry",
+    "GeometryName",
     "fit_geometry",
+    "geometry_name",
     "geometry_options",
     "mix_anchor_sets",
 ]

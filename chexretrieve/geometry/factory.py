@@ -13,8 +13,10 @@ from chexretrieve.geometry.gaussian import (
     LatentSphericalGeometry,
 )
 from chexretrieve.geometry.mixtures import GaussianMixtureGeometry, VonMisesFisherMixtureGeometry
+from chexretrieve.geometry.names import GEOMETRY_KINDS, POSTERIOR_KINDS
 from chexretrieve.geometry.softmax import SoftmaxGeometry
 
+#: the class of each kind of chexretrieve.geometry.names.GEOMETRY_KINDS (same order)
 _CLASSES: dict[str, type[AnchorGeometry]] = {
     "cosine": CosineGeometry,
     "iti": ImageTextInversionGeometry,
@@ -26,12 +28,6 @@ _CLASSES: dict[str, type[AnchorGeometry]] = {
     "movmf": VonMisesFisherMixtureGeometry,
 }
 
-#: every geometry name ``fit_geometry`` accepts
-GEOMETRY_KINDS: tuple[str, ...] = tuple(_CLASSES)
-#: kinds that accept a broad ``prior`` anchor set (posterior / adapted models)
-POSTERIOR_KINDS: tuple[str, ...] = ("gaussian", "latent_gaussian", "latent_spherical", "gmm")
-#: kinds whose ``divergence`` is defined
-DIVERGENCE_KINDS: tuple[str, ...] = tuple(k for k in GEOMETRY_KINDS if k not in ("cosine", "iti"))
 
 _NOT_OPTIONS = {"self", "anchors", "inv_temperature", "prior", "dim"}
 _PRIOR_ONLY = {"kappa0", "nu0", "target_weight", "alpha", "epsilon", "beta", "dirichlet_alpha"}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from chexretrieve.search.features import GEOMETRY_CHOICES
+from chexretrieve.geometry import GEOMETRY_CHOICES
 
 
 def _date(value: str | None, option: str) -> dt.date | None:

@@ -14,46 +14,25 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from chexretrieve.geometry import GEOMETRY_KINDS, POSTERIOR_KINDS, fit_geometry
+from chexretrieve.geometry import GEOMETRY_CHOICES as _GEOMETRY_CHOICES
+from chexretrieve.geometry import GeometryName, fit_geometry, geometry_name
 
 logger = logging.getLogger(__name__)
 
-#: every kind a request may name; "<kind>_posterior" adapts the kind from the broad prior
-BASE_GEOMETRIES = GEOMETRY_KINDS
-POSTERIOR_GEOMETRIES = POSTERIOR_KINDS
-GEOMETRY_CHOICES = BASE_GEOMETRIES + tuple(f"{k}_posterior" for k in POSTERIOR_GEOMETRIES)
-
-
-@dataclass(frozen=True)
-class GeometrySpec:
-    # geometry kind passed to fit_geometry
-    kind: str
-    # whether the model is adapted from the broad prior
-    posterior: bool
-
-    @property
-    def name(self) -> str:
-        return f"{self.kind}_posterior" if self.posterior else self.kind
+#: every geometry a request may name (search spelling; posterior_<kind> is accepted as well)
+GEOMETRY_CHOICES = _GEOMETRY_CHOICES
+#: a parsed geometry name: kind, posterior, name (see chexretrieve.geometry.names)
+GeometrySpec = GeometryName
 
 
 def parse_geometry(name: str) -> GeometrySpec:
-    """'softmax' -> softmax; 'gaussian_posterior' -> adapted Gaussian; anything else: ValueError.
-
-    The evaluation's spelling 'posterior_gaussian' is accepted as the same geometry.
-    """
-    key = name.strip().lower().replace("-", "_")
-    if key.startswith("posterior_") and key.removeprefix("posterior_") in POSTERIOR_GEOMETRIES:
-        key = f"{key.removeprefix('posterior_')}_posterior"
-    if key not in GEOMETRY_CHOICES:
-        raise ValueError(f"unknown geometry {name!r}; choose one of: {', '.join(GEOMETRY_CHOICES)}")
-    if key.endswith("_posterior"):
-        return GeometrySpec(key[: -len("_posterior")], True)
-    return GeometrySpec(key, False)
+    """'softmax' -> softmax; 'gaussian_posterior' or 'posterior_gaussian' -> adapted Gaussian;
+    anything else: ValueError listing the names (chexretrieve.geometry.geometry_name)."""
+    return geometry_name(name)
 
 
 def _digest(*parts: object) -> str:

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from chexretrieve.findings import canonical_finding
-from chexretrieve.search.features import GEOMETRY_CHOICES
+from chexretrieve.geometry import geometry_name
 from chexretrieve.search.gallery import SearchFilters
 from chexretrieve.search.service import SearchRequest, SearchResult
 from chexretrieve.ui.render import (
@@ -410,8 +410,7 @@ class CaseLookup:
         """(cosine ranking, ranking under the chosen geometry), with feedback applied to both."""
         if query is None:
             raise ValueError("pick an archived case or upload an image first")
-        if settings.geometry not in GEOMETRY_CHOICES:
-            raise ValueError(f"unknown geometry {settings.geometry!r}")
+        geometry_name(settings.geometry)  # ValueError naming the valid ones (either spelling)
         results = [
             self.service.search(
                 self._request(query, settings, geometry, relevant, not_relevant), user=user
