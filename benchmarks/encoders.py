@@ -67,7 +67,7 @@ def main() -> None:
         size_mb = checkpoint.stat().st_size / 1e6
         config = EncoderConfig(device=args.device, tokenizer_path=write_tokenizer(Path(tmp) / "t"))
         start = time.perf_counter()
-        encoder = load_encoder(f"chexzero:{checkpoint}", config)
+        encoder = load_encoder(f"chexzero:{checkpoint}", config=config)
         load_s = time.perf_counter() - start
 
     images = [rng.random((2500, 2048), dtype=np.float32) for _ in range(args.images)]

@@ -43,8 +43,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from chexretrieve.dicom import ReadConfig, read_radiograph  # noqa: E402
 from chexretrieve.dicom.read import pydicom_test_file  # noqa: E402
 from chexretrieve.dicom.write import derive_uid, write_radiograph  # noqa: E402
+from chexretrieve.encoders.registry import load_encoder  # noqa: E402
 from chexretrieve.ingest import IngestConfig, ingest_paths  # noqa: E402
-from chexretrieve.ingest.commands import load_any_encoder  # noqa: E402
 from chexretrieve.ingest.decode_pool import Decoded, DecodePool  # noqa: E402
 from chexretrieve.store import open_store  # noqa: E402
 
@@ -85,10 +85,10 @@ def rate(count: int, seconds: float) -> float:
 def load_benchmark_encoder(spec: str, device: str, workdir: Path):  # noqa: ANN201
     if spec == "auto":
         try:
-            return load_any_encoder("phantom", device), "phantom"
+            return load_encoder("phantom", device), "phantom"
         except Exception as exc:  # noqa: BLE001 - fall back, and say so
             print(f"phantom encoder unavailable ({exc}); using {FALLBACK_ENCODER}")
-            return load_any_encoder(FALLBACK_ENCODER, device), FALLBACK_ENCODER
+            return load_encoder(FALLBACK_ENCODER, device), FALLBACK_ENCODER
     if spec == "chexzero-random":
         import torch
 
@@ -98,8 +98,8 @@ def load_benchmark_encoder(spec: str, device: str, workdir: Path):  # noqa: ANN2
         torch.manual_seed(0)
         checkpoint = workdir / "chexzero-random-vit-b32.pt"
         torch.save(ClipModel(sizes).state_dict(), checkpoint)
-        return load_any_encoder(f"chexzero:{checkpoint}", device), spec
-    return load_any_encoder(spec, device), spec
+        return load_encoder(f"chexzero:{checkpoint}", device), spec
+    return load_encoder(spec, device), spec
 
 
 def main() -> int:

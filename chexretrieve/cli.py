@@ -8,10 +8,26 @@ registered here. Heavy imports (torch, pydicom, gradio) happen inside the comman
 from __future__ import annotations
 
 import typer
+from typer.core import TyperGroup
 
 from chexretrieve import __version__
+from chexretrieve.encoders.base import EncoderError
+
+
+class _CommandGroup(TyperGroup):
+    """The root group: an encoder that cannot be loaded or used ends any command with one line on
+    stderr and exit status 2 (its message says what to change), never a traceback."""
+
+    def invoke(self, ctx):  # noqa: ANN001, ANN201
+        try:
+            return super().invoke(ctx)
+        except EncoderError as error:
+            typer.echo(f"error: {error}", err=True)
+            raise typer.Exit(2) from None
+
 
 app = typer.Typer(
+    cls=_CommandGroup,
     name="chexretrieve",
     help="Finding-specific chest X-ray case retrieval (anchor-divergence geometries).",
     no_args_is_help=True,

@@ -24,14 +24,17 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from chexretrieve.encoders.registry import TOKENIZER_ENV
 from chexretrieve.ingest.config import IngestConfig
 from chexretrieve.ingest.discover import discover_files
 from chexretrieve.ingest.pipeline import IngestError, IngestReport
 from chexretrieve.ingest.stand_in import TEST_ENCODERS_ENV
 
-#: environment variables handed to the Ray workers (test stand-in encoders, offline model hubs)
+#: environment variables handed to the Ray workers (test stand-in encoders, CheXzero's tokenizer,
+#: offline model hubs)
 FORWARDED_ENV = (
     TEST_ENCODERS_ENV,
+    TOKENIZER_ENV,
     "HF_HUB_OFFLINE",
     "TRANSFORMERS_OFFLINE",
     "CHEXRETRIEVE_ANCHORS",
@@ -40,13 +43,13 @@ FORWARDED_ENV = (
 
 def _ingest_shard(paths, only, db_url, encoder_spec, device, config, labels, read_config):  # noqa: ANN001, ANN202
     """One shard, inside a Ray worker: open the store, load the encoder, ingest, report."""
-    from chexretrieve.ingest.commands import load_any_encoder
+    from chexretrieve.encoders.registry import load_encoder
     from chexretrieve.ingest.pipeline import ingest_paths
     from chexretrieve.store import StoreConfig, open_store
 
     store = open_store(db_url, StoreConfig(url=db_url, migrate_on_open=False))
     try:
-        encoder = load_any_encoder(encoder_spec, device)
+        encoder = load_encoder(encoder_spec, device)
         try:
             return ingest_paths(
                 paths, store, encoder, config, labels=labels, read_config=read_config, only=only

@@ -5,6 +5,21 @@ Importing this package is cheap: torch and transformers load only with an encode
 
 from chexretrieve.encoders.base import Encoder, EncoderError
 from chexretrieve.encoders.config import EncoderConfig
-from chexretrieve.encoders.registry import load_encoder, parse_encoder_spec
+from chexretrieve.encoders.registry import (
+    EncoderSpec,
+    list_encoders,
+    load_encoder,
+    parse_encoder_spec,
+    resolve_tokenizer,
+)
 
-__all__ = ["Encoder", "EncoderConfig", "EncoderError", "load_encoder", "parse_encoder_spec"]
+__all__ = [
+    "Encoder",
+    "EncoderConfig",
+    "EncoderError",
+    "EncoderSpec",
+    "list_encoders",
+    "load_encoder",
+    "parse_encoder_spec",
+    "resolve_tokenizer",
+]

@@ -157,9 +157,10 @@ class ChexzeroEncoder:
         texts = check_texts(texts)
         if self.tokenizer is None:
             raise EncoderError(
-                f"{self.encoder_id} cannot embed text without CLIP's BPE tokenizer: set "
-                "EncoderConfig.tokenizer_path (CLI: --tokenizer) to bpe_simple_vocab_16e6.txt.gz "
-                "or a folder with vocab.json and merges.txt"
+                f"{self.encoder_id} cannot embed text without CLIP's BPE tokenizer: name "
+                "bpe_simple_vocab_16e6.txt.gz (or a folder with vocab.json and merges.txt) in the "
+                f"spec (chexzero:{self.checkpoint}?tokenizer=PATH), in $CHEXRETRIEVE_TOKENIZER, "
+                "or put it beside the checkpoint"
             )
         max_tokens = min(self.config.max_text_tokens, self.sizes.context_length)
         out = np.zeros((len(texts), self.embed_dim), dtype=np.float32)

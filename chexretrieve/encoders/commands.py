@@ -30,7 +30,7 @@ def check_command(
 
     console = Console()
     try:
-        encoder = load_encoder(spec, EncoderConfig(device=device, tokenizer_path=tokenizer))
+        encoder = load_encoder(spec, config=EncoderConfig(device=device, tokenizer_path=tokenizer))
         image = encoder.embed_images([np.full((256, 256), 0.5, dtype=np.float32)])
     except EncoderError as error:
         console.print(f"[red]cannot use encoder {spec!r}:[/red] {error}")

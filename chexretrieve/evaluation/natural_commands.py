@@ -32,7 +32,7 @@ def natural_command(
     """Class vs style retrieval with class and style anchors, and their mixture (paper Fig. 3)."""
     from rich.console import Console
 
-    from chexretrieve.encoders import EncoderConfig, load_encoder
+    from chexretrieve.encoders import load_encoder
     from chexretrieve.evaluation.commands import _command_line, _csv, _floats
     from chexretrieve.evaluation.config import IntervalConfig, NaturalImageConfig
     from chexretrieve.evaluation.natural import (
@@ -57,7 +57,7 @@ def natural_command(
     class_texts, style_texts = natural_anchor_texts(archive, config)
     views, colour = [], []
     for folder in model:
-        encoder = load_encoder(f"hf-clip:{folder}", EncoderConfig(device=device))
+        encoder = load_encoder(f"hf-clip:{folder}", device)
         images, rgb = embed_natural_images(encoder, paths, batch_size, not quiet)
         colour.append(rgb)
         views.append(

@@ -64,7 +64,7 @@ def phantom_source(
 
     if config.n_images < 2:
         raise ValueError(f"the phantom source needs at least 2 images, got {config.n_images}")
-    encoder = load_encoder(encoder_spec, encoder_config)
+    encoder = load_encoder(encoder_spec, config=encoder_config)
     cache = EmbeddingCache(Path(config.cache_dir) if config.cache_dir else None)
     key = EmbeddingCache.key(
         encoder.encoder_id,

@@ -267,7 +267,7 @@ def chexpert_source(
     cache = EmbeddingCache(cache_dir)
     views = []
     for spec in encoder_specs:
-        encoder = load_encoder(spec, encoder_config)
+        encoder = load_encoder(spec, config=encoder_config)
         embeddings = embed_image_files(
             encoder, paths, cache, batch_size=batch_size, show_progress=show_progress
         )
@@ -304,7 +304,7 @@ def store_source(
         raise ValueError("name the encoders whose embeddings to evaluate (--encoder SPEC)")
     store = open_store(url)
     try:
-        encoders = [load_encoder(spec, encoder_config) for spec in encoder_specs]
+        encoders = [load_encoder(spec, config=encoder_config) for spec in encoder_specs]
         galleries = [store.gallery(e.encoder_id) for e in encoders]
         labels = store.labels_frame()
     finally:

@@ -143,6 +143,7 @@ def _pacs_or_usage(console, paths, url, studies, since, spool, insecure, ca_bund
 def _run(console, *, paths, db, encoder_spec, labels_path, workers, batch_size, report_path,  # noqa: ANN001
          strict, split, file_timeout, modalities, device, show_progress,  # noqa: ANN001
          executor="local") -> int:  # fmt: skip
+    from chexretrieve.encoders.registry import load_encoder
     from chexretrieve.ingest.config import IngestConfig
     from chexretrieve.ingest.labels import read_label_csv
     from chexretrieve.ingest.pipeline import IngestError, ingest_paths
@@ -169,7 +170,7 @@ def _run(console, *, paths, db, encoder_spec, labels_path, workers, batch_size, 
         return _fatal(console, str(exc))
     try:
         try:
-            encoder = load_any_encoder(encoder_spec, device)
+            encoder = load_encoder(encoder_spec, device)
         except (ValueError, OSError, RuntimeError) as exc:
             return _fatal(console, f"cannot load encoder {encoder_spec!r}: {exc}")
         progress_bar, callback = _progress(console, show_progress)
@@ -209,17 +210,6 @@ def _run(console, *, paths, db, encoder_spec, labels_path, workers, batch_size, 
         console.print(f"[red]--strict:[/red] {report.problems} files rejected or in conflict")
         return EXIT_STRICT
     return 0
-
-
-def load_any_encoder(spec: str, device: str = "auto"):  # noqa: ANN201
-    """An encoder from its spec; test stand-ins (``stand-in[:MS[:DIM]]``) when enabled."""
-    from chexretrieve.ingest.stand_in import is_stand_in_spec, load_stand_in
-
-    if is_stand_in_spec(spec):
-        return load_stand_in(spec)
-    from chexretrieve.encoders import EncoderConfig, load_encoder
-
-    return load_encoder(spec, EncoderConfig(device=device))
 
 
 def _read_config(modalities: list[str]):  # noqa: ANN202

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from chexretrieve.encoders.base import EncoderError
+
 TEST_ENCODERS_ENV = "CHEXRETRIEVE_TEST_ENCODERS"
 GRID = 16
 
@@ -80,14 +82,11 @@ def area_average(image: np.ndarray) -> np.ndarray:
     return out
 
 
-def is_stand_in_spec(spec: str) -> bool:
-    return spec.strip().lower().split(":", 1)[0] == "stand-in"
-
-
 def load_stand_in(spec: str) -> StandInEncoder:
-    """``stand-in[:MS[:DIM]]``; ValueError unless CHEXRETRIEVE_TEST_ENCODERS=1."""
+    """``stand-in[:MS[:DIM]]``; EncoderError unless CHEXRETRIEVE_TEST_ENCODERS=1 (loaded through
+    ``chexretrieve.encoders.registry``, where it is a registered kind)."""
     if os.environ.get(TEST_ENCODERS_ENV) != "1":
-        raise ValueError(
+        raise EncoderError(
             f"encoder {spec!r} is a test stand-in, not a model; it is only available with "
             f"{TEST_ENCODERS_ENV}=1 (tests and benchmarks)"
         )
@@ -95,6 +94,8 @@ def load_stand_in(spec: str) -> StandInEncoder:
     try:
         milliseconds = float(parts[0]) if parts and parts[0] else 0.0
         dim = int(parts[1]) if len(parts) > 1 else 32
-    except ValueError:
-        raise ValueError(f"stand-in spec {spec!r}: expected stand-in[:MS[:DIM]]") from None
-    return StandInEncoder(milliseconds / 1000.0, dim)
+        return StandInEncoder(milliseconds / 1000.0, dim)
+    except ValueError as error:
+        raise EncoderError(
+            f"stand-in spec {spec!r}: expected stand-in[:MS[:DIM]] ({error})"
+        ) from None

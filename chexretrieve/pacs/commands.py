@@ -46,7 +46,7 @@ def run_dicomweb_ingest(
     """Run the pull; returns the exit status (messages go to ``console``)."""
     from rich.markup import escape
 
-    from chexretrieve.ingest.commands import load_any_encoder
+    from chexretrieve.encoders.registry import load_encoder
     from chexretrieve.ingest.pipeline import IngestError
     from chexretrieve.pacs.client import PacsError
     from chexretrieve.pacs.config import DicomWebConfig
@@ -74,7 +74,7 @@ def run_dicomweb_ingest(
         console.print("[yellow]warning:[/yellow] TLS certificates are not verified (--insecure)")
     try:
         try:
-            encoder = load_any_encoder(encoder_spec, device)
+            encoder = load_encoder(encoder_spec, device)
         except (ValueError, OSError, RuntimeError) as exc:
             return fatal(f"cannot load encoder {encoder_spec!r}: {exc}")
         bar, callback = _progress(console, show_progress)

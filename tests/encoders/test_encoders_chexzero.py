@@ -202,11 +202,29 @@ def test_wrapped_checkpoints_load_the_same_weights(encoder, tmp_path) -> None:
         assert np.allclose(loaded.embed_images(_images()), expected, atol=tolerance), name
 
 
-def test_text_without_a_tokenizer_says_what_to_pass(chexzero_checkpoint) -> None:
+def test_text_without_a_tokenizer_says_what_to_pass(chexzero_checkpoint, monkeypatch) -> None:
+    monkeypatch.delenv("CHEXRETRIEVE_TOKENIZER", raising=False)
     encoder = load_encoder(f"chexzero:{chexzero_checkpoint}")
     assert encoder.embed_images(_images()).shape == (3, 32)
-    with pytest.raises(EncoderError, match="tokenizer_path .*--tokenizer"):
+    with pytest.raises(EncoderError, match=r"tiny_chexzero.pt\?tokenizer=PATH.*CHEXRETRIEVE_TOK"):
         encoder.embed_texts(["the effusion"])
+
+
+def test_the_tokenizer_comes_with_the_spec(
+    encoder, chexzero_checkpoint, tokenizer_gz, tmp_path, monkeypatch
+) -> None:
+    monkeypatch.delenv("CHEXRETRIEVE_TOKENIZER", raising=False)
+    texts = ["the effusion", "no pneumothorax"]
+    expected = encoder.embed_texts(texts)  # tokenizer given by EncoderConfig.tokenizer_path
+    in_spec = load_encoder(f"chexzero:{chexzero_checkpoint}?tokenizer={tokenizer_gz}")
+    np.testing.assert_array_equal(in_spec.embed_texts(texts), expected)
+    beside = tmp_path / "checkpoint.pt"
+    beside.write_bytes(Path(chexzero_checkpoint).read_bytes())
+    (tmp_path / "bpe_simple_vocab_16e6.txt.gz").write_bytes(Path(tokenizer_gz).read_bytes())
+    np.testing.assert_array_equal(load_encoder(f"chexzero:{beside}").embed_texts(texts), expected)
+    monkeypatch.setenv("CHEXRETRIEVE_TOKENIZER", str(tokenizer_gz))
+    from_env = load_encoder(f"chexzero:{chexzero_checkpoint}")
+    np.testing.assert_array_equal(from_env.embed_texts(texts), expected)
 
 
 def _save(path: Path, content) -> Path:

@@ -33,3 +33,47 @@ def test_check_reports_a_bad_checkpoint(tmp_path) -> None:
     )
     assert result.exit_code == 2
     assert "broken.pt cannot be read by torch.load" in " ".join(result.output.split())
+
+
+def test_an_unloadable_encoder_is_one_line_and_exit_2(tmp_path) -> None:
+    """The real command line (not CliRunner): no traceback, whatever the loader raised."""
+    import os
+    import subprocess
+    import sys
+
+    folder = tmp_path / "unloadable"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "no-such-architecture"}')
+    (folder / "model.safetensors").write_bytes(b"\0" * 16)
+    env = {**os.environ, "COLUMNS": "300", "PYTHONPATH": str(Path(__file__).parents[2])}
+    done = subprocess.run(
+        [sys.executable, "-m", "chexretrieve", "encoders", "check", f"hf-clip:{folder}"],
+        capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    output = done.stdout + done.stderr
+    assert done.returncode == 2, output
+    assert "Traceback" not in output and len(output.strip().splitlines()) <= 3, output
+    assert "unloadable" in output and "cannot" in output
+
+
+def test_the_root_group_turns_encoder_errors_into_exit_2() -> None:
+    import typer
+
+    from chexretrieve.cli import _CommandGroup
+    from chexretrieve.encoders import EncoderError
+
+    probe = typer.Typer(cls=_CommandGroup)
+
+    @probe.command()
+    def fails() -> None:
+        raise EncoderError("checkpoint x.pt is not a CLIP ViT state dict; pass a CheXzero .pt")
+
+    @probe.command()
+    def other() -> None:
+        pass
+
+    result = CliRunner().invoke(probe, ["fails"])
+    assert result.exit_code == 2
+    assert result.output.strip() == (
+        "error: checkpoint x.pt is not a CLIP ViT state dict; pass a CheXzero .pt"
+    )
