@@ -25,9 +25,9 @@ class SearchApp:
 
 def load_app_encoder(spec: str, device: str = "auto"):  # noqa: ANN201
     """The encoder named by ``spec`` (EncoderError / ValueError with what to change)."""
-    from chexretrieve.ingest.commands import load_any_encoder
+    from chexretrieve.encoders.registry import load_encoder
 
-    return load_any_encoder(spec, device)
+    return load_encoder(spec, device)
 
 
 def open_search_app(
