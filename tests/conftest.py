@@ -85,3 +85,20 @@ def postgres_server():
 def postgres_url(postgres_server) -> str:
     """SQLAlchemy URL of a fresh, empty database on the session's server."""
     return postgres_server.create_database()
+
+
+# -------------------------------------------------------------------------- one kill -9 experiment
+@pytest.fixture(scope="session")
+def kill_resume_run(tmp_path_factory):
+    """kill -9 during ingest five times, then resume and re-run: run once per session and asserted
+    on by tests/ingest/test_ingest_resume.py and tests/adversarial/test_adv_kill.py
+    (tests/ingest/kill_resume.py says what is done and recorded)."""
+    import sys
+    from pathlib import Path
+
+    ingest_tests = str(Path(__file__).resolve().parent / "ingest")
+    if ingest_tests not in sys.path:
+        sys.path.insert(0, ingest_tests)
+    from kill_resume import run_kill_resume
+
+    return run_kill_resume(tmp_path_factory.mktemp("kill-resume"))
