@@ -85,7 +85,7 @@ class OrthancInNamespace:
         )
         self.holder = subprocess.Popen(["unshare", "-n", "sleep", "infinity"])
         own = os.readlink("/proc/self/ns/net")
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60
         while os.readlink(f"/proc/{self.holder.pid}/ns/net") == own:  # unshare not done yet
             assert time.monotonic() < deadline, "unshare -n did not create a network namespace"
             time.sleep(0.01)
@@ -104,7 +104,7 @@ class OrthancInNamespace:
             self.server = subprocess.Popen(
                 [*self._enter(), ORTHANC, str(self.config)], stdout=log, stderr=log
             )
-        probe = self.run_job("probe", self.url, timeout=30)
+        probe = self.run_job("probe", self.url, timeout=120)
         if probe.returncode != 0:
             raise RuntimeError(
                 f"Orthanc did not answer: {probe.stderr[-2000:]}\n{self.log.read_text()[-2000:]}"

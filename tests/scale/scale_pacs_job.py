@@ -66,7 +66,7 @@ def _auth():
 def probe(url: str, ca_bundle: str | None = None) -> int:
     import requests
 
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 90  # a hang guard: Orthanc answers within ~1 s of starting
     while time.monotonic() < deadline:
         try:
             answer = requests.get(
@@ -140,12 +140,21 @@ def ingest(settings: dict) -> int:
     try:
         session = make_session(config)
         delay = float(settings.get("delay_s", 0.0))
-        if delay:
+        hold_after, hold_until = settings.get("hold_after"), settings.get("hold_until")
+        if delay or hold_after is not None:
             retrieval = re.compile(r"/instances/[0-9.]+$")
+            retrieved = [0]
 
             def slow(response, *args, **kwargs):  # noqa: ANN001, ANN202
                 if retrieval.search(response.url.split("?")[0]):
                     time.sleep(delay)
+                    retrieved[0] += 1
+                    if hold_after is not None and retrieved[0] > hold_after:
+                        # stop here (the instances before this one are spooled) until the test
+                        # has done what it does mid-study, whatever the machine's speed
+                        guard = time.monotonic() + 300
+                        while not Path(hold_until).exists() and time.monotonic() < guard:
+                            time.sleep(0.02)
                 return response
 
             session.hooks["response"].append(slow)

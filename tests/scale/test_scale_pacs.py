@@ -144,22 +144,26 @@ def test_wrong_password_and_unverified_tls_are_refused_a_ca_bundle_is_accepted(o
 
 def test_pacs_killed_mid_study_leaves_it_partial_and_a_rerun_completes_it(orthanc, tmp_path):
     spool = tmp_path / "spool" / orthanc.big_study
+    resume = tmp_path / "pacs-killed"
+    # the job holds on its 6th retrieval until the PACS is killed: mid-study on any machine
+    job_settings = settings(
+        orthanc, tmp_path, studies=[orthanc.big_study], hold_after=5, hold_until=str(resume)
+    )
     job = subprocess.Popen(
-        orthanc.job_command(
-            "ingest", str(settings(orthanc, tmp_path, studies=[orthanc.big_study], delay_s=0.4))
-        ),
+        orthanc.job_command("ingest", str(job_settings)),
         env=orthanc.env(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
     )
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 240  # a hang guard: five instances take about a second
     while len(list(spool.rglob("*.dcm"))) < 5 and time.monotonic() < deadline:
         assert job.poll() is None, job.stderr.read()[-3000:]
         time.sleep(0.05)
     orthanc.kill()  # in the middle of the study's transfer
+    resume.touch()
     try:
-        assert job.wait(60) == 2
+        assert job.wait(240) == 2
         broken = json.loads((tmp_path / "result.json").read_text())
         assert broken["status"] == "interrupted" and "seems down" in broken["message"]
         assert broken["studies"] == {orthanc.big_study: "partial"}
