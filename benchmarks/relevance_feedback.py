@@ -16,8 +16,8 @@ import argparse
 import numpy as np
 
 from chexretrieve.app import AppConfig, open_search_app
-from chexretrieve.evaluation.metrics import average_precision_rows
 from chexretrieve.findings import FINDINGS
+from chexretrieve.metrics import average_precision_rows
 from chexretrieve.search.service import SearchRequest
 
 

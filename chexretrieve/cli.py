@@ -82,7 +82,7 @@ def demo_command(
         raise typer.Exit(2) from None
 
 
-from chexretrieve.search.commands import search_command  # noqa: E402
+from chexretrieve.app.commands import search_command  # noqa: E402
 
 app.command("search")(search_command)
 

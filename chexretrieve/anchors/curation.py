@@ -6,7 +6,7 @@ small fakes; ``chexretrieve anchors embed`` / ``impact`` wire them to the real s
 Impact follows the evaluation protocol (``chexretrieve.evaluation.protocol``): for the set's finding
 the queries are the query images labelled 1; keys labelled -1 (uncertain) are dropped, blank keys
 count as negative, and a key is relevant when it is labelled 1. AUPRC is the mean per-query average
-precision (``chexretrieve.evaluation.metrics.average_precision_rows``, scikit-learn's definition).
+precision (``chexretrieve.metrics.average_precision_rows``, scikit-learn's definition).
 """
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ def _ranked(
     geometry, fq: np.ndarray, fk: np.ndarray, relevant: np.ndarray, top_k: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per query: AP and the top-k key rows, scored in chunks."""
-    from chexretrieve.evaluation.metrics import average_precision_rows
+    from chexretrieve.metrics import average_precision_rows
 
     ap = np.empty(fq.shape[0])
     top = np.empty((fq.shape[0], min(top_k, fk.shape[0])), dtype=np.int64)

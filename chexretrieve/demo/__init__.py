@@ -127,8 +127,8 @@ def run_demo(config: DemoConfig | None = None) -> None:
 def example_search(config: DemoConfig, store) -> None:
     """Print one search (by the first validation case positive for pleural effusion)."""
     from chexretrieve.app import AppConfig, open_search_app
-    from chexretrieve.search.commands import print_result
     from chexretrieve.search.config import SearchConfig
+    from chexretrieve.search.output import print_result
     from chexretrieve.search.service import SearchRequest
 
     search = SearchConfig(feature_cache_dir=config.feature_cache_dir)

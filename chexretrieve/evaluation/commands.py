@@ -7,61 +7,23 @@ Options become config dataclasses here; library code never sees typer objects. H
 from __future__ import annotations
 
 import datetime as dt
-import shlex
 import sys
 from pathlib import Path
 
 import typer
 
+from chexretrieve.evaluation.cli_options import (
+    command_line,
+    csv_items,
+    finding_items,
+    float_items,
+    int_items,
+)
+
 eval_app = typer.Typer(
     help="Evaluation reports: per-finding AUPRC tables, figures and runtime.",
     no_args_is_help=True,
 )
-
-
-def _csv(value: str | None) -> tuple[str, ...] | None:
-    if value is None:
-        return None
-    items = tuple(v.strip() for v in value.split(",") if v.strip())
-    return () if items in ((), ("none",)) else items
-
-
-def _ints(value: str | None, option: str) -> tuple[int, ...] | None:
-    items = _csv(value)
-    if items is None:
-        return None
-    try:
-        return tuple(int(v) for v in items)
-    except ValueError:
-        raise typer.BadParameter(
-            f"{option} takes comma-separated integers, not {value!r}"
-        ) from None
-
-
-def _floats(value: str | None, option: str) -> tuple[float, ...] | None:
-    items = _csv(value)
-    if items is None:
-        return None
-    try:
-        return tuple(float(v) for v in items)
-    except ValueError:
-        raise typer.BadParameter(f"{option} takes comma-separated numbers, not {value!r}") from None
-
-
-def _command_line() -> str:
-    return "chexretrieve " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-
-
-def _findings(value: str | None) -> tuple[str, ...] | None:
-    from chexretrieve.findings import canonical_finding
-
-    items = _csv(value)
-    if items is None:
-        return None
-    try:
-        return tuple(canonical_finding(f) for f in items)
-    except ValueError as error:
-        raise typer.BadParameter(str(error)) from None
 
 
 @eval_app.command("retrieval")
@@ -161,32 +123,32 @@ def retrieval_command(
     retrieval = C.RetrievalEvalConfig(
         protocol=protocol, intervals=intervals, max_variants=max_variants
     )
-    if (f := _findings(findings)) is not None:
+    if (f := finding_items(findings)) is not None:
         retrieval = replace(retrieval, findings=f)
-    if (g := _csv(geometries)) is not None:
+    if (g := csv_items(geometries)) is not None:
         retrieval = replace(retrieval, geometries=g)
     mixing = C.MixingConfig()
-    if (f := _findings(mixing_findings)) is not None:
+    if (f := finding_items(mixing_findings)) is not None:
         mixing = replace(mixing, findings=f)
-    if (w := _floats(mixing_weights, "--mixing-weights")) is not None:
+    if (w := float_items(mixing_weights, "--mixing-weights")) is not None:
         mixing = replace(mixing, weights=w)
     if nuisance:
         mixing = replace(mixing, nuisance=nuisance)
-    curve = _findings(curve_findings) or ()
+    curve = finding_items(curve_findings) or ()
     most = curve_max_findings or None
     budget = C.BudgetConfig(repeats=repeats, seed=seed, findings=curve, max_findings=most)
-    if (n := _ints(budget_counts, "--budget-counts")) is not None:
+    if (n := int_items(budget_counts, "--budget-counts")) is not None:
         budget = replace(budget, anchor_counts=n)
     posterior = C.PosteriorConfig(repeats=repeats, seed=seed, findings=curve, max_findings=most)
-    if (g := _csv(curve_geometries)) is not None:
+    if (g := csv_items(curve_geometries)) is not None:
         budget = replace(budget, geometries=g)
         posterior = replace(posterior, geometries=g)
-    if (g := _csv(posterior_geometries)) is not None:
+    if (g := csv_items(posterior_geometries)) is not None:
         posterior = replace(posterior, posterior_geometries=g)
-    if (n := _ints(posterior_counts, "--posterior-counts")) is not None:
+    if (n := int_items(posterior_counts, "--posterior-counts")) is not None:
         posterior = replace(posterior, target_counts=n)
     runtime = C.RuntimeConfig(n_queries=runtime_queries, n_gallery=runtime_gallery, seed=seed)
-    if (n := _ints(runtime_anchors, "--runtime-anchors")) is not None:
+    if (n := int_items(runtime_anchors, "--runtime-anchors")) is not None:
         runtime = replace(runtime, anchor_counts=n)
 
     from chexretrieve.encoders import EncoderConfig
@@ -239,7 +201,7 @@ def retrieval_command(
         mixing = replace(mixing, nuisance_label=nuisance_label or "AP/PA")
     plan = C.EvaluationPlan(
         retrieval=retrieval,
-        experiments=_csv(experiments) or (),
+        experiments=csv_items(experiments) or (),
         mixing=mixing,
         budget=budget,
         posterior=posterior,
@@ -260,7 +222,7 @@ def _run_and_write(archive, views, plan, out, name, source, texts, console, show
         views,
         plan,
         title=f"Retrieval evaluation: {name}",
-        command=_command_line(),
+        command=command_line(),
         source=source,
         show_progress=show,
     )
@@ -307,8 +269,8 @@ def runtime_command(
         n_queries=queries,
         n_gallery=gallery,
         dim=dim,
-        anchor_counts=_ints(anchors, "--anchors") or (),
-        geometries=_csv(geometries) or (),
+        anchor_counts=int_items(anchors, "--anchors") or (),
+        geometries=csv_items(geometries) or (),
         repeats=repeats,
         warmup=warmup,
         device=device,

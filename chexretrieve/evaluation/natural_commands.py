@@ -33,7 +33,7 @@ def natural_command(
     from rich.console import Console
 
     from chexretrieve.encoders import load_encoder
-    from chexretrieve.evaluation.commands import _command_line, _csv, _floats
+    from chexretrieve.evaluation.cli_options import command_line, csv_items, float_items
     from chexretrieve.evaluation.config import IntervalConfig, NaturalImageConfig
     from chexretrieve.evaluation.natural import (
         embed_natural_images,
@@ -48,8 +48,8 @@ def natural_command(
     config = NaturalImageConfig(
         root=str(root),
         labels_csv=str(labels_csv) if labels_csv else None,
-        weights=_floats(weights, "--weights") or (0.0, 1.0),
-        geometries=_csv(geometries) or ("cosine",),
+        weights=float_items(weights, "--weights") or (0.0, 1.0),
+        geometries=csv_items(geometries) or ("cosine",),
         batch_size=batch_size,
     )
     intervals = IntervalConfig(n_bootstrap=bootstrap, seed=seed)
@@ -82,7 +82,7 @@ def natural_command(
     )
     report = EvaluationReport(
         title="Natural-image protocol: class vs style",
-        command=_command_line(),
+        command=command_line(),
         source=f"labelled image folder {root} ({len(paths)} images); models: {', '.join(model)}",
         mixing=mixing,
         notes=[

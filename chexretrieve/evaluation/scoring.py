@@ -13,8 +13,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from chexretrieve.evaluation.metrics import average_precision_rows
 from chexretrieve.evaluation.protocol import RetrievalTask
+from chexretrieve.metrics import average_precision_rows
 
 
 class FittedGeometry(Protocol):

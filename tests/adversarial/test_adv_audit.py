@@ -19,8 +19,8 @@ from adv_support import REPO
 from chexretrieve.audit import AuditConfig, AuditLog, open_audit_log, verify_audit_file
 from chexretrieve.ingest import IngestConfig, IngestError, ingest_paths
 from chexretrieve.ingest.stand_in import StandInEncoder
-from chexretrieve.search.commands import print_result, result_as_dict
 from chexretrieve.search.config import SearchConfig
+from chexretrieve.search.output import print_result, result_as_dict
 from chexretrieve.search.service import SearchRequest, SearchService
 from chexretrieve.search.sources import StoreAnchorProvider, gallery_from_store
 from chexretrieve.store import open_store

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import average_precision_score
 
-from chexretrieve.evaluation.metrics import average_precision_rows
+from chexretrieve.metrics import average_precision_rows
 
 
 def _sklearn_rows(scores, relevance):

@@ -7,7 +7,6 @@ import pytest
 from eval_fakes import ProjectionGeometry, projection_fitter, toy_world
 
 from chexretrieve.evaluation.config import IntervalConfig, RetrievalEvalConfig
-from chexretrieve.evaluation.metrics import average_precision_rows
 from chexretrieve.evaluation.protocol import finding_task
 from chexretrieve.evaluation.runner import run_retrieval
 from chexretrieve.evaluation.scoring import task_average_precision
@@ -17,6 +16,7 @@ from chexretrieve.evaluation.summaries import (
     table2_pairs,
     table3_pairs,
 )
+from chexretrieve.metrics import average_precision_rows
 
 FAST = IntervalConfig(n_bootstrap=200, seed=0)
 

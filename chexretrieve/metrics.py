@@ -15,6 +15,9 @@ retrieval protocol never asks for one (it drops such queries or findings first).
 Keys that must not take part in one query's ranking (the query itself in a leave-one-out protocol)
 are excluded by giving them score ``-inf`` and relevance ``False``: a non-relevant key ranked
 strictly last changes no precision value that AP uses.
+
+A leaf module (numpy only) so that the evaluation and anchor curation (``anchors impact``) score
+rankings the same way without one package importing the other.
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""`chexretrieve search`: one search from the command line (table or JSON)."""
+"""`chexretrieve search`: one search from the command line (table or JSON), through the
+composition root, so it opens the same store and encoder as the UI and is written to the audit
+trail."""
 
 from __future__ import annotations
 
@@ -59,6 +61,7 @@ def search_command(
 
     from chexretrieve.app import AppConfig, open_search_app
     from chexretrieve.search.gallery import SearchFilters
+    from chexretrieve.search.output import print_result, result_as_dict
     from chexretrieve.search.service import SearchRequest
 
     console = Console(stderr=True)
@@ -101,60 +104,3 @@ def search_command(
         typer.echo(json.dumps(result_as_dict(result), indent=2, default=str))
         return
     print_result(result, explain)
-
-
-def print_result(result, explain: bool) -> None:
-    """Print a SearchResult as a table (and its explanations)."""
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(
-        title=f"{result.finding} · {result.geometry} · anchors {result.anchor_set} · "
-        f"{result.candidates} candidates"
-    )
-    for column in ("rank", "case", "score", "view", "sex", "age", "date", f"{result.finding}"):
-        table.add_column(column)
-    for hit in result.hits:
-        m = hit.metadata
-        age = m.get("patient_age_years")
-        label = hit.labels.get(result.finding)
-        table.add_row(
-            str(hit.rank),
-            str(hit.image_id),
-            f"{hit.score:.4f}",
-            str(m.get("view_position") or ""),
-            str(m.get("patient_sex") or ""),
-            "" if age is None or age != age else f"{age:.0f}",  # None or NaN: unknown
-            str(m.get("study_date") or ""),
-            {1.0: "positive", 0.0: "negative", -1.0: "uncertain"}.get(label, "unknown"),
-        )
-    Console().print(table)
-    if explain:
-        for hit in result.hits:
-            Console().print(f"\n[bold]case {hit.image_id}[/bold]\n{hit.explanation.as_text()}")
-
-
-#: metadata fields shown to users and in JSON output (no names or patient ids: PHI-minimal)
-PUBLIC_FIELDS = ("view_position", "patient_sex", "patient_age_years", "study_date", "split")
-
-
-def result_as_dict(result) -> dict:
-    """A JSON-ready, PHI-minimal view of a SearchResult."""
-    return {
-        "finding": result.finding,
-        "geometry": result.geometry,
-        "anchor_set": result.anchor_set,
-        "encoder_id": result.encoder_id,
-        "candidates": result.candidates,
-        "hits": [
-            {
-                "rank": h.rank,
-                "case": h.image_id,
-                "score": h.score,
-                "metadata": {k: h.metadata.get(k) for k in PUBLIC_FIELDS},
-                "labels": h.labels,
-                **({"explanation": h.explanation.as_text()} if h.explanation is not None else {}),
-            }
-            for h in result.hits
-        ],
-    }
