@@ -79,6 +79,12 @@ class SearchRequest:
     not_relevant: tuple[int, ...] = ()
     # attach an anchor explanation to every hit
     explain: bool = False
+    # StudyInstanceUID of an uploaded query: archived images of that study are never returned
+    # (an archived case's own study is always excluded)
+    query_study_uid: str | None = None
+    # pixel hash of an uploaded query (chexretrieve.dicom.Radiograph.pixel_sha256): archived
+    # images with exactly these pixels are never returned, whatever their UIDs
+    query_pixel_sha256: str | None = None
 
 
 @dataclass(frozen=True)
@@ -210,7 +216,7 @@ class SearchService:
             candidates=candidates,
         )
         if self.audit is not None:
-            study = None
+            study = request.query_study_uid
             if request.case_id is not None and "study_uid" in gallery.metadata:
                 study = gallery.metadata["study_uid"].get(int(request.case_id))
             self.audit.search(user, request, result, query_study=study)
@@ -236,13 +242,21 @@ class SearchService:
 
     @staticmethod
     def _eligible(request, finding, gallery, own_row) -> np.ndarray:
-        """Rows that pass the filters and are not of the query's own study."""
+        """Rows that pass the filters, not of the query's own study (an archived case's, or
+        ``query_study_uid``) and not copies of an uploaded query's pixels
+        (``query_pixel_sha256``)."""
         mask = filter_mask(gallery, request.filters, finding)
         if own_row is not None:
             study = gallery.study_codes[own_row]  # type: ignore[attr-defined]
             if study >= 0:
                 mask &= gallery.study_codes != study  # type: ignore[attr-defined]
             mask[own_row] = False
+        for column, value in (
+            ("study_uid", request.query_study_uid),
+            ("pixel_sha256", request.query_pixel_sha256),
+        ):
+            if value and column in gallery.metadata:
+                mask &= (gallery.metadata[column] != value).to_numpy()
         return mask
 
     def _ranks_by_index(self, request: SearchRequest, gallery: Gallery) -> bool:

@@ -1,0 +1,132 @@
+"""Uploaded queries never return their own study or a copy of their own pixels (issue 15, defect 1).
+
+Real files through the real reader, ingest, store and search service: RG1_UNCI and RG1_UNCR
+(pydicom-data) are two encodings of one CR study (same StudyInstanceUID, other SOP UIDs).
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+from chexretrieve.dicom import pydicom_test_file, read_radiograph
+from chexretrieve.dicom.write import derive_uid, write_radiograph
+from chexretrieve.ingest import IngestConfig, ingest_paths
+from chexretrieve.ingest.stand_in import StandInEncoder
+from chexretrieve.search.config import SearchConfig
+from chexretrieve.search.service import SearchRequest, SearchService
+from chexretrieve.search.sources import StoreAnchorProvider, gallery_from_store
+from chexretrieve.store import open_store
+
+ENCODER = StandInEncoder(dim=32)
+
+
+def _others(folder, n=6):
+    for index in range(n):
+        pixels = np.random.default_rng(index).integers(0, 4096, size=(64, 64), dtype=np.uint16)
+        write_radiograph(
+            folder / f"other{index}.dcm",
+            pixels,
+            {
+                "StudyInstanceUID": derive_uid("upload-test", index, "study"),
+                "SeriesInstanceUID": derive_uid("upload-test", index, "series"),
+                "SOPInstanceUID": derive_uid("upload-test", index, "image"),
+                "Modality": "CR",
+                "PatientID": "UPLOAD-TEST",
+            },
+        )
+
+
+@pytest.fixture
+def archive(tmp_path):
+    folder = tmp_path / "archive"
+    folder.mkdir()
+    _others(folder)
+    try:
+        shutil.copy(pydicom_test_file("RG1_UNCI.dcm"), folder / "rg1_unci.dcm")
+        upload = pydicom_test_file("RG1_UNCR.dcm")
+    except ValueError as exc:
+        pytest.fail(f"pydicom-data is a dev dependency: {exc}")
+    # the same pixels as other0.dcm under new UIDs (a re-export from another system)
+    copy = np.random.default_rng(0).integers(0, 4096, size=(64, 64), dtype=np.uint16)
+    reexport = write_radiograph(
+        tmp_path / "reexport.dcm",
+        copy,
+        {
+            "StudyInstanceUID": derive_uid("reexport", 0, "study"),
+            "SeriesInstanceUID": derive_uid("reexport", 0, "series"),
+            "SOPInstanceUID": derive_uid("reexport", 0, "image"),
+            "Modality": "CR",
+            "PatientID": "UPLOAD-TEST",
+        },
+    )
+    store = open_store(f"sqlite:///{tmp_path / 'store.sqlite'}")
+    ingest_paths([folder], store, ENCODER, IngestConfig(workers=0))
+    service = SearchService(
+        lambda: gallery_from_store(store, ENCODER.encoder_id),
+        StoreAnchorProvider(store, ENCODER),
+        encoder=ENCODER,
+        config=SearchConfig(feature_cache_dir=tmp_path / "features"),
+    )
+    yield store, service, upload, reexport
+    store.close()
+
+
+def _upload_request(path, **extra) -> SearchRequest:
+    radiograph = read_radiograph(path)
+    return SearchRequest(
+        finding="Pleural Effusion",
+        geometry="cosine",
+        image_embedding=ENCODER.embed_images([radiograph.pixels])[0],
+        top_k=10,
+        **extra,
+    ), radiograph
+
+
+@pytest.mark.parametrize("geometry", ["cosine", "softmax"])
+def test_uploading_rg1_uncr_does_not_return_the_archived_rg1_unci(archive, geometry):
+    store, service, upload, _ = archive
+    request, radiograph = _upload_request(upload)
+    request = SearchRequest(**{**request.__dict__, "geometry": geometry})
+    archived = store.image_by_sop_uid(
+        read_radiograph(pydicom_test_file("RG1_UNCI.dcm")).metadata.sop_uid
+    )
+    assert archived is not None and archived.study_uid == radiograph.metadata.study_uid
+    unaware = service.search(request)
+    assert unaware.hits[0].image_id == archived.image_id  # what the defect looked like
+    fixed = service.search(
+        SearchRequest(
+            **{
+                **request.__dict__,
+                "query_study_uid": radiograph.metadata.study_uid,
+                "query_pixel_sha256": radiograph.pixel_sha256,
+            }
+        )
+    )
+    assert archived.image_id not in [h.image_id for h in fixed.hits]
+    assert fixed.candidates == unaware.candidates - 1 == store.count_images() - 1
+
+
+def test_an_upload_with_the_pixels_of_an_archived_image_does_not_return_it(archive):
+    store, service, _, reexport = archive
+    request, radiograph = _upload_request(reexport)
+    same_pixels = [
+        int(i)
+        for i, sha in service.gallery.metadata["pixel_sha256"].items()
+        if sha == radiograph.pixel_sha256
+    ]
+    assert len(same_pixels) == 1  # other0.dcm, in another study
+    assert same_pixels[0] in [h.image_id for h in service.search(request).hits]
+    fixed = service.search(
+        SearchRequest(
+            **{
+                **request.__dict__,
+                "query_study_uid": radiograph.metadata.study_uid,  # matches nothing archived
+                "query_pixel_sha256": radiograph.pixel_sha256,
+            }
+        )
+    )
+    assert same_pixels[0] not in [h.image_id for h in fixed.hits]
+    assert fixed.candidates == store.count_images() - 1
