@@ -18,8 +18,10 @@ from chexretrieve.dicom.read import (
     read_radiograph,
     sniff_format,
 )
+from chexretrieve.dicom.thumbnails import DEFAULT_THUMBNAIL_PX, thumbnail_pixels, thumbnail_png
 
 __all__ = [
+    "DEFAULT_THUMBNAIL_PX",
     "GDCM_AVAILABLE",
     "REJECTION_REASONS",
     "Radiograph",
@@ -35,5 +37,7 @@ __all__ = [
     "read_radiograph",
     "render_for_display",
     "sniff_format",
+    "thumbnail_pixels",
+    "thumbnail_png",
     "uid_from_sha256",
 ]

@@ -54,6 +54,11 @@ class RadiographMetadata:
     pixel_spacing: tuple[float, float] | None  # (row spacing, column spacing) in mm
     transfer_syntax: str | None  # transfer syntax UID; None for PNG/JPEG
     source_format: str  # 'dicom', 'png' or 'jpeg'
+    accession_number: str | None = None  # AccessionNumber (an identifier: never shown, searchable)
+    # the first Window Center / Width of the file, in modality output units (stored values after
+    # Rescale Slope / Intercept, the units DICOM defines them in); None when absent or invalid
+    window_center: float | None = None
+    window_width: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dictionary (dates as ISO strings, spacing as a list)."""
@@ -303,6 +308,29 @@ def read_pixel_spacing(ds: Dataset, notes: list[str]) -> tuple[float, float] | N
     return None
 
 
+def read_window(ds: Dataset, notes: list[str]) -> tuple[float | None, float | None]:
+    """The first (Window Center, Window Width) pair, or (None, None) when absent or unusable
+    (a width below 1 or a value that is not a finite number leaves a note)."""
+    values = []
+    for keyword in ("WindowCenter", "WindowWidth"):
+        elem = get_element(ds, keyword, required=False, notes=notes)
+        if elem is None or elem.value is None or elem.value == "":
+            return None, None
+        value = elem.value
+        if isinstance(value, list | tuple) or type(value).__name__ == "MultiValue":
+            value = value[0] if len(value) else None
+        try:
+            number = float(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            number = math.nan
+        values.append(number)
+    center, width = values
+    if not (math.isfinite(center) and math.isfinite(width) and width >= 1):
+        notes.append(f"Window Center/Width {center}/{width} is not usable; ignored")
+        return None, None
+    return center, width
+
+
 def _two_numbers(value: Any) -> tuple[float, float] | None:
     if isinstance(value, str | bytes) or not hasattr(value, "__len__") or len(value) != 2:
         return None
@@ -348,6 +376,7 @@ def extract_metadata(
     meta_sop = meta.get("MediaStorageSOPInstanceUID") if meta is not None else None
     study_date = read_study_date(ds, notes)
     view = optional_text(ds, "ViewPosition", notes)
+    window = read_window(ds, notes)
     return RadiographMetadata(
         study_uid=read_uid(ds, "StudyInstanceUID", notes),
         series_uid=read_uid(ds, "SeriesInstanceUID", notes),
@@ -366,4 +395,7 @@ def extract_metadata(
         pixel_spacing=read_pixel_spacing(ds, notes),
         transfer_syntax=transfer_syntax,
         source_format="dicom",
+        accession_number=optional_text(ds, "AccessionNumber", notes),
+        window_center=window[0],
+        window_width=window[1],
     )

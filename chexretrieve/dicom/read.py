@@ -84,6 +84,8 @@ class Radiograph:
         str  # see chexretrieve.dicom.pixels.pixel_sha256 (stored values, before windowing)
     )
     warnings: tuple[str, ...] = ()  # what was tolerated while reading (at most 20 notes)
+    # a small 8-bit PNG of the default display (chexretrieve.dicom.thumbnails), set by ingest
+    thumbnail_png: bytes | None = None
 
 
 # ---------------------------------------------------------------------------------- public API

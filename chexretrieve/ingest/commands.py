@@ -74,16 +74,30 @@ def ingest_command(
     ca_bundle: Path | None = typer.Option(
         None, "--ca-bundle", help="With --dicomweb: PEM file of CAs to verify the PACS against."
     ),
+    thumbnail_px: int = typer.Option(
+        256, "--thumbnail-px", help="Longest side of the stored result thumbnails (0: none)."
+    ),
+    thumbnails_only: bool = typer.Option(
+        False,
+        "--thumbnails-only",
+        help="Only add missing thumbnails to the images of --db, read from their files "
+        "(for stores ingested before thumbnails existed); no PATHS.",
+    ),
 ) -> None:
     """Ingest DICOM / PNG / JPEG files: decode, embed, store; resumable and idempotent."""
     from rich.console import Console
 
     console = Console(stderr=True)
     try:
+        if thumbnails_only:
+            if paths or dicomweb is not None:
+                raise typer.Exit(_fatal(console, "--thumbnails-only takes no PATHS or --dicomweb"))
+            raise typer.Exit(_thumbnails_only(console, db, thumbnail_px, modality, progress))
         if dicomweb is not None or not paths:
             outcome = _pacs_or_usage(console, paths, dicomweb, study, since, spool, insecure,
                                      ca_bundle, db, encoder, workers, batch_size, report, strict,
-                                     split, file_timeout, modality, device, progress)  # fmt: skip
+                                     split, file_timeout, modality, device, progress,
+                                     thumbnail_px)  # fmt: skip
             raise typer.Exit(outcome)
         outcome = _run(
             console,
@@ -101,6 +115,7 @@ def ingest_command(
             device=device,
             show_progress=progress,
             executor=executor,
+            thumbnail_px=thumbnail_px,
         )
     except KeyboardInterrupt:
         console.print("[red]interrupted[/red]: committed batches are kept; run again to resume")
@@ -117,7 +132,7 @@ def _fatal(console, message: str) -> int:  # noqa: ANN001
 
 def _pacs_or_usage(console, paths, url, studies, since, spool, insecure, ca_bundle, db,  # noqa: ANN001
                    encoder_spec, workers, batch_size, report_path, strict, split, file_timeout,  # noqa: ANN001
-                   modalities, device, show_progress) -> int:  # noqa: ANN001  # fmt: skip
+                   modalities, device, show_progress, thumbnail_px) -> int:  # noqa: ANN001  # fmt: skip
     """--dicomweb: chexretrieve.pacs does the work; neither PATHS nor --dicomweb: usage error."""
     from chexretrieve.ingest.config import IngestConfig
 
@@ -129,7 +144,7 @@ def _pacs_or_usage(console, paths, url, studies, since, spool, insecure, ca_bund
 
     try:
         config = IngestConfig(workers=workers, batch_size=batch_size, file_timeout_s=file_timeout,
-                              strict=strict, split=split)  # fmt: skip
+                              strict=strict, split=split, thumbnail_px=thumbnail_px)  # fmt: skip
     except ValueError as exc:
         return _fatal(console, str(exc))
     return run_dicomweb_ingest(
@@ -142,7 +157,7 @@ def _pacs_or_usage(console, paths, url, studies, since, spool, insecure, ca_bund
 
 def _run(console, *, paths, db, encoder_spec, labels_path, workers, batch_size, report_path,  # noqa: ANN001
          strict, split, file_timeout, modalities, device, show_progress,  # noqa: ANN001
-         executor="local") -> int:  # fmt: skip
+         executor="local", thumbnail_px=256) -> int:  # fmt: skip
     from chexretrieve.encoders.registry import load_encoder
     from chexretrieve.ingest.config import IngestConfig
     from chexretrieve.ingest.labels import read_label_csv
@@ -157,6 +172,7 @@ def _run(console, *, paths, db, encoder_spec, labels_path, workers, batch_size, 
             file_timeout_s=file_timeout,
             strict=strict,
             split=split,
+            thumbnail_px=thumbnail_px,
         )
         read_config = _read_config(modalities)
         label_table = read_label_csv(labels_path) if labels_path is not None else None
@@ -209,6 +225,36 @@ def _run(console, *, paths, db, encoder_spec, labels_path, workers, batch_size, 
     if config.strict and report.problems:
         console.print(f"[red]--strict:[/red] {report.problems} files rejected or in conflict")
         return EXIT_STRICT
+    return 0
+
+
+def _thumbnails_only(console, db, thumbnail_px: int, modalities, show_progress: bool) -> int:  # noqa: ANN001
+    """--thumbnails-only: a thumbnail for each stored image lacking one (or of another size)."""
+    from chexretrieve.ingest.thumbnails import backfill_thumbnails
+    from chexretrieve.store import open_store
+
+    if thumbnail_px < 1:
+        return _fatal(console, "--thumbnail-px must be at least 1 with --thumbnails-only")
+    try:
+        store = open_store(db)
+    except ValueError as exc:
+        return _fatal(console, str(exc))
+    try:
+        progress_bar, callback = _progress(console, show_progress)
+        with progress_bar:
+            report = backfill_thumbnails(
+                store,
+                thumbnail_px,
+                _read_config(modalities),
+                replace_other_sizes=True,
+                progress=callback,
+            )
+    finally:
+        store.close()
+    console.print(
+        f"thumbnails: {report.written} written for {report.images} images; "
+        f"{report.missing_files} source files missing, {report.unreadable} unreadable"
+    )
     return 0
 
 

@@ -40,6 +40,9 @@ class IngestConfig:
     # encoder offers it apart from the model (phantom, CheXzero) and no worker memory cap is set;
     # the main process then only runs the model
     preprocess_in_workers: bool = True
+    # longest side in pixels of the PNG thumbnail stored with each image (rendered by the decoding
+    # workers; the UI shows results from it without reading their files); 0 = no thumbnails
+    thumbnail_px: int = 256
 
     def __post_init__(self) -> None:
         if self.workers < -1:
@@ -52,6 +55,8 @@ class IngestConfig:
             raise ValueError(f"file timeout must be positive, got {self.file_timeout_s}")
         if self.worker_memory_mb < 0:
             raise ValueError(f"worker_memory_mb must be 0 or positive, got {self.worker_memory_mb}")
+        if not 0 <= self.thumbnail_px <= 4096:
+            raise ValueError(f"thumbnail_px must be between 0 and 4096, got {self.thumbnail_px}")
         if self.start_method not in ("spawn", "forkserver"):
             raise ValueError(
                 f"start_method {self.start_method!r} is not 'spawn' or 'forkserver' (fork is "

@@ -35,6 +35,7 @@ from chexretrieve.ingest.decode_pool import (
 )
 from chexretrieve.ingest.discover import Candidate, discover_files
 from chexretrieve.ingest.labels import LabelTable
+from chexretrieve.ingest.thumbnails import ThumbnailReader, thumbnail_of
 from chexretrieve.store import BatchItem, ImageRecord, Outcome, SourceStamp, Store
 
 
@@ -129,6 +130,9 @@ def record_from_radiograph(radiograph: Any, path: Path, split: str | None) -> Im
         source_format=meta.source_format,
         source_path=str(path),
         split=split,
+        accession_number=getattr(meta, "accession_number", None),
+        window_center=getattr(meta, "window_center", None),
+        window_width=getattr(meta, "window_width", None),
     )
 
 
@@ -205,6 +209,7 @@ class _Run:
                     record=records[-1],
                     labels=row.labels if row is not None else None,
                     stamp=pending.stamp,
+                    thumbnail=thumbnail_of(pending.radiograph, self.config.thumbnail_px),
                 )
             )
             indices.append(pending.index)
@@ -328,6 +333,8 @@ def ingest_paths(
         skipped_files=discovery.skipped,
         labels_file=str(labels.source) if labels is not None else None,
     )
+    if config.thumbnail_px > 0:  # rendered from the display pixels, before any preprocessing
+        reader = ThumbnailReader(reader, config.thumbnail_px)
     split = None
     if config.preprocess_in_workers and config.resolved_workers > 0 and not config.worker_memory_mb:
         split = split_preprocessing(encoder)  # a capped worker could not load the model's libraries

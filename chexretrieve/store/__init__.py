@@ -9,6 +9,8 @@ from chexretrieve.store.config import DEFAULT_DB_URL, StoreConfig
 from chexretrieve.store.engine import StoreError, database_label, default_db_url, sqlite_file
 from chexretrieve.store.records import (
     BatchItem,
+    CasePage,
+    CaseRow,
     EncoderRecord,
     Gallery,
     ImageFilter,
@@ -16,6 +18,7 @@ from chexretrieve.store.records import (
     Outcome,
     SourceStamp,
     StoredImage,
+    Thumbnail,
 )
 from chexretrieve.store.schema import OUTCOMES
 from chexretrieve.store.store import IMAGE_COLUMNS, Store, open_store
@@ -25,6 +28,8 @@ __all__ = [
     "IMAGE_COLUMNS",
     "OUTCOMES",
     "BatchItem",
+    "CasePage",
+    "CaseRow",
     "EncoderRecord",
     "Gallery",
     "ImageFilter",
@@ -35,6 +40,7 @@ __all__ = [
     "StoreConfig",
     "StoreError",
     "StoredImage",
+    "Thumbnail",
     "database_label",
     "default_db_url",
     "open_store",

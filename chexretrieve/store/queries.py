@@ -35,6 +35,8 @@ IMAGE_COLUMNS = (
     "pixel_sha256",
     "source_path",
     "split",
+    "window_center",
+    "window_width",
 )
 
 

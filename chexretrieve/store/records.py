@@ -42,6 +42,9 @@ class ImageRecord:
     source_format: str | None = None
     source_path: str | None = None
     split: str | None = None
+    accession_number: str | None = None
+    window_center: float | None = None  # modality output units (after rescale), first window
+    window_width: float | None = None
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,44 @@ class BatchItem:
     labels: Mapping[str, float | None] | None = None
     stamp: SourceStamp | None = None
     known_image_id: int | None = None
+    # PNG of the image's default display (chexretrieve.dicom.thumbnail_png): stored with the image,
+    # or added to an image already stored without one; (png bytes, max_side asked for)
+    thumbnail: Thumbnail | None = None
+
+
+@dataclass(frozen=True)
+class Thumbnail:
+    """A stored thumbnail: an 8-bit greyscale PNG at most ``max_side`` pixels on its longer side."""
+
+    png: bytes
+    max_side: int
+    rows: int = 0  # filled in by the store from the PNG header when 0
+    columns: int = 0
+
+
+@dataclass(frozen=True)
+class CaseRow:
+    """One case of the case picker (``Store.find_cases``): metadata and every finding's label."""
+
+    image_id: int
+    accession_number: str | None
+    view_position: str | None
+    patient_sex: str | None
+    patient_age_years: float | None
+    study_date: dt.date | None
+    # CheXpert name -> 1.0 / 0.0 / -1.0 / None (blank); empty when the image is unlabelled
+    labels: dict[str, float | None]
+    has_thumbnail: bool
+
+
+@dataclass(frozen=True)
+class CasePage:
+    """One page of ``Store.find_cases``: ``total`` cases match, ``cases`` from ``offset`` on."""
+
+    total: int
+    offset: int
+    limit: int
+    cases: tuple[CaseRow, ...]
 
 
 @dataclass(frozen=True)

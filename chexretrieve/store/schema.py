@@ -102,8 +102,28 @@ class Image(Base):
     pixel_sha256: Mapped[str] = mapped_column(String(64))
     source_path: Mapped[str | None] = mapped_column(Text)
     split: Mapped[str | None] = mapped_column(String(16), index=True)
+    # AccessionNumber: searchable by prefix (the case picker), never part of a gallery's metadata
+    accession_number: Mapped[str | None] = mapped_column(String(64), index=True)
+    # first Window Center / Width of the file in modality output units (the viewer's default)
+    window_center: Mapped[float | None] = mapped_column(Float)
+    window_width: Mapped[float | None] = mapped_column(Float)
     run_id: Mapped[int | None] = mapped_column(ForeignKey("ingest_runs.id"))
     ingested_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
+
+
+class Thumbnail(Base):
+    """A small 8-bit greyscale PNG of one image's default display, written at ingest."""
+
+    __tablename__ = "thumbnails"
+
+    image_id: Mapped[int] = mapped_column(
+        ForeignKey("images.id", ondelete="CASCADE"), primary_key=True
+    )
+    max_side: Mapped[int] = mapped_column(Integer)  # the size asked for (longest side at most)
+    pixel_rows: Mapped[int] = mapped_column(Integer)  # of the PNG
+    pixel_columns: Mapped[int] = mapped_column(Integer)
+    png: Mapped[bytes] = mapped_column(LargeBinary)
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
 
 
 class EncoderRow(Base):

@@ -19,7 +19,7 @@ from sqlalchemy import Connection, and_, delete, func, insert, select, text, upd
 from sqlalchemy.exc import DatabaseError, IntegrityError
 
 from chexretrieve.findings import FINDINGS
-from chexretrieve.store import writes
+from chexretrieve.store import cases, writes
 from chexretrieve.store.config import StoreConfig
 from chexretrieve.store.engine import (
     WRITER_OPTION,
@@ -41,6 +41,7 @@ from chexretrieve.store.queries import (
 )
 from chexretrieve.store.records import (
     BatchItem,
+    CasePage,
     EncoderRecord,
     Gallery,
     ImageFilter,
@@ -48,6 +49,7 @@ from chexretrieve.store.records import (
     Outcome,
     SourceStamp,
     StoredImage,
+    Thumbnail,
     bytes_to_matrix,
     matrix_to_bytes,
 )
@@ -65,6 +67,7 @@ from chexretrieve.store.schema import (
     SourceFile,
     Study,
 )
+from chexretrieve.store.schema import Thumbnail as ThumbnailRow
 
 
 def open_store(url: str | None = None, config: StoreConfig | None = None) -> Store:
@@ -301,7 +304,11 @@ class Store:
         return self._one_image(Image.sop_uid == sop_uid)
 
     def _one_image(self, condition) -> StoredImage | None:  # noqa: ANN001
-        stmt = self._image_select().add_columns(Image.run_id, Image.ingested_at).where(condition)
+        stmt = (
+            self._image_select()
+            .add_columns(Image.accession_number, Image.run_id, Image.ingested_at)
+            .where(condition)
+        )
         with self._read() as conn:
             row = conn.execute(stmt).first()
         if row is None:
@@ -395,6 +402,48 @@ class Store:
         with self._read() as conn:
             value = conn.execute(select(ArchiveRevision.revision)).scalar()
         return int(value or 0)
+
+    # ------------------------------------------------------------------ case lookup
+    def find_cases(
+        self,
+        text: str | None = None,
+        finding: str | None = None,
+        status: str | None = None,
+        encoder_id: str | None = None,
+        offset: int = 0,
+        limit: int = 50,
+    ) -> CasePage:
+        """The case picker: one page (image-id order) of the cases whose id (digits) or accession
+        number (case-insensitive) starts with ``text``, whose label for ``finding`` has ``status``
+        (positive / negative / uncertain / blank / unlabelled, see ``cases.LABEL_STATUSES``) and,
+        with ``encoder_id``, that have its embedding; ``CasePage.total`` counts every match.
+        Each ``CaseRow`` carries PHI-minimal metadata, the accession number and all labels."""
+        with self._read() as conn:
+            return cases.find_cases(conn, text, finding, status, encoder_id, offset, limit)
+
+    def read_thumbnails(self, image_ids: Sequence[int]) -> dict[int, bytes]:
+        """image id -> thumbnail PNG (8-bit greyscale, ``chexretrieve.dicom.thumbnail_pixels``
+        decodes it) for those of ``image_ids`` that have one; one query per 500 ids."""
+        with self._read() as conn:
+            return cases.read_thumbnails(conn, image_ids)
+
+    def read_thumbnail(self, image_id: int) -> bytes | None:
+        """One image's thumbnail PNG, or None when it has none (see ``read_thumbnails``)."""
+        return self.read_thumbnails([int(image_id)]).get(int(image_id))
+
+    def put_thumbnails(self, thumbnails: Mapping[int, Thumbnail], replace: bool = False) -> int:
+        """Store thumbnails of images that have none (``replace``: overwrite); how many written.
+        ValueError when a thumbnail is not PNG bytes; unknown image ids fail (foreign key)."""
+        with self._write() as conn:
+            return writes.add_thumbnails(conn, thumbnails, replace=replace)
+
+    def images_needing_thumbnail(
+        self, max_side: int | None = None, limit: int | None = None
+    ) -> list[tuple[int, str | None]]:
+        """(image id, source path) of images without a thumbnail (with ``max_side``: or with one
+        of another size), for a backfill (``chexretrieve ingest --thumbnails-only``)."""
+        with self._read() as conn:
+            return cases.images_needing_thumbnail(conn, max_side, limit)
 
     # ------------------------------------------------------------------ anchor-embedding cache
     def put_anchor_embeddings(
@@ -552,6 +601,7 @@ class Store:
             "ingest_outcomes": IngestOutcome,
             "source_files": SourceFile,
             "anchor_embeddings": AnchorEmbedding,
+            "thumbnails": ThumbnailRow,
         }
         with self._read() as conn:
             return {

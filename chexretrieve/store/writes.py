@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -23,6 +24,7 @@ from chexretrieve.store.records import (
     ImageRecord,
     Outcome,
     SourceStamp,
+    Thumbnail,
     normalise_labels,
     vector_to_bytes,
 )
@@ -35,6 +37,7 @@ from chexretrieve.store.schema import (
     SourceFile,
     Study,
 )
+from chexretrieve.store.schema import Thumbnail as ThumbnailRow
 
 #: rows per IN (...) query; far below SQLite's and PostgreSQL's parameter limits
 CHUNK = 500
@@ -188,6 +191,50 @@ def _remember_sources(conn: Connection, stamps: Mapping[str, tuple[SourceStamp, 
         )
 
 
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def png_size(png: bytes) -> tuple[int, int]:
+    """(rows, columns) from a PNG's header; ValueError when the bytes are not a PNG."""
+    if len(png) < 24 or png[:8] != _PNG_SIGNATURE or png[12:16] != b"IHDR":
+        raise ValueError("a thumbnail must be PNG bytes (chexretrieve.dicom.thumbnail_png)")
+    columns, rows = struct.unpack(">II", png[16:24])
+    return int(rows), int(columns)
+
+
+def thumbnail_row(image_id: int, thumbnail: Thumbnail, now: dt.datetime) -> dict:
+    if thumbnail.max_side < 1:
+        raise ValueError(f"thumbnail max_side must be at least 1, got {thumbnail.max_side}")
+    rows, columns = png_size(thumbnail.png)
+    return {
+        "image_id": int(image_id),
+        "max_side": int(thumbnail.max_side),
+        "pixel_rows": rows,
+        "pixel_columns": columns,
+        "png": bytes(thumbnail.png),
+        "created_at": now,
+    }
+
+
+def add_thumbnails(conn: Connection, wanted: Mapping[int, Thumbnail], replace: bool = False) -> int:
+    """Store thumbnails of images that have none (``replace``: also overwrite); how many written."""
+    if not wanted:
+        return 0
+    stored: set[int] = set()
+    for part in chunks(sorted(wanted)):
+        rows = conn.execute(select(ThumbnailRow.image_id).where(ThumbnailRow.image_id.in_(part)))
+        stored.update(int(r[0]) for r in rows)
+    if replace and stored:
+        for part in chunks(sorted(stored)):
+            conn.execute(delete(ThumbnailRow).where(ThumbnailRow.image_id.in_(part)))
+        stored = set()
+    now = utc_now()
+    rows = [thumbnail_row(i, t, now) for i, t in wanted.items() if i not in stored]
+    if rows:
+        conn.execute(insert(ThumbnailRow), rows)
+    return len(rows)
+
+
 def record_outcomes(conn: Connection, run_id: int, outcomes: Sequence[Outcome]) -> None:
     if not outcomes:
         return
@@ -274,6 +321,9 @@ def write_items(
             ],
         )
     label_changes = _write_labels(conn, {image_of[p]: items[p].labels for p in image_of})
+    add_thumbnails(
+        conn, {image_of[p]: items[p].thumbnail for p in image_of if items[p].thumbnail is not None}
+    )
     _remember_sources(
         conn,
         {

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
+from case_picker_checks import check_case_picker
 from store_fixtures import image_record, unit_vector
 
 from chexretrieve.store import ImageFilter, open_store
@@ -50,6 +51,11 @@ def test_store_api_on_postgresql(postgres_url):
         run = store.start_run("fake:a", {})
         store.finish_run(run, "completed", {"ingested": 6})
         assert store.integrity_check() == []
+
+
+def test_case_picker_and_thumbnails_on_postgresql(postgres_url):
+    with open_store(postgres_url) as store:
+        check_case_picker(store)
 
 
 def test_racing_writers_insert_an_image_once_on_postgresql(postgres_url):
