@@ -3,6 +3,16 @@
 ``open_store(url)`` opens a SQLite file or any SQLAlchemy URL, applies the Alembic migrations in the
 top-level ``db/`` folder, and returns a ``Store``. See ``chexretrieve.store.store`` for the API and
 ``chexretrieve.store.schema`` for the tables and the label policy.
+
+For the case lookup UI (issue 15):
+- ``Store.read_thumbnails(ids) -> {id: png}`` / ``read_thumbnail(id)``: thumbnails written at
+  ingest (8-bit greyscale PNG, longest side ``IngestConfig.thumbnail_px``; decode with
+  ``chexretrieve.dicom.thumbnail_pixels``); ``put_thumbnails`` caches one made later (e.g. lazily
+  for an image of an older store; ``chexretrieve ingest --thumbnails-only`` backfills them all).
+- ``Store.find_cases(text, finding, status, encoder_id, offset, limit) -> CasePage``: the case
+  picker (case id / accession prefix, label status, paging with the total, labels per case).
+- ``Store.image_by_id(id)``: ``source_path`` (the original file, for full-size pixels) and
+  ``window_center`` / ``window_width`` (the file's first DICOM window, modality units).
 """
 
 from chexretrieve.store.config import DEFAULT_DB_URL, StoreConfig
