@@ -213,11 +213,29 @@ class CaseLookup:
             return None
         return self.thumbnail_dir / f"{image_id}-{digest[:16]}-{self.thumbnail_px}.png"
 
+    def _stored_thumbnails(self, image_ids: list[int]) -> dict[int, np.ndarray]:
+        """Thumbnails written at ingest (``Store.read_thumbnails``, one query), at most
+        ``thumbnail_px``; images without one (an older store) are left to ``_render_thumbnail``."""
+        if self.store is None or not image_ids:
+            return {}
+        from chexretrieve.dicom import thumbnail_pixels
+
+        found = {}
+        for image_id, png in self.store.read_thumbnails(image_ids).items():
+            try:
+                found[image_id] = thumbnail(thumbnail_pixels(png), self.thumbnail_px)
+            except ValueError:
+                continue  # a damaged one: rendered from the file instead
+        return found
+
     def _render_thumbnail(self, image_id: int) -> np.ndarray:
         from PIL import Image
 
         from chexretrieve.dicom import render_for_display
 
+        stored = self._stored_thumbnails([image_id]).get(image_id)
+        if stored is not None:
+            return stored
         path = self._thumbnail_file(image_id)
         if path is not None and path.is_file():
             try:
@@ -254,6 +272,10 @@ class CaseLookup:
     def prefetch_thumbnails(self, image_ids) -> None:
         """Read the thumbnails not yet cached, each once, in ``read_threads`` threads."""
         missing = list(dict.fromkeys(int(i) for i in image_ids if int(i) not in self._thumbs))
+        stored = self._stored_thumbnails(missing)
+        for image_id, thumb in stored.items():
+            self._remember_thumbnail(image_id, thumb)
+        missing = [i for i in missing if i not in stored]
         if not missing:
             return
         if self.read_threads <= 1 or len(missing) == 1:

@@ -1,0 +1,52 @@
+"""The results page shows the thumbnails written at ingest, without reading the archived files."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from chexretrieve.dicom.write import derive_uid, write_radiograph
+from chexretrieve.ingest import IngestConfig, ingest_paths
+from chexretrieve.ingest.stand_in import StandInEncoder
+from chexretrieve.search.config import SearchConfig
+from chexretrieve.search.service import SearchService
+from chexretrieve.search.sources import StoreAnchorProvider, gallery_from_store
+from chexretrieve.store import open_store
+from chexretrieve.ui.handlers import CaseLookup, SearchSettings
+
+
+def test_result_thumbnails_come_from_the_store_when_the_files_are_gone(tmp_path):
+    archive = tmp_path / "archive"
+    for index in range(5):
+        pixels = np.zeros((120, 80), dtype=np.uint16)
+        pixels[:, 40:] = 4095  # dark left half, bright right half
+        pixels[0, 0] = index + 1
+        write_radiograph(
+            archive / f"case{index}.dcm",
+            pixels,
+            {
+                "PatientID": "UI-THUMBS",
+                "StudyInstanceUID": derive_uid("ui-thumbs", index, "study"),
+                "SeriesInstanceUID": derive_uid("ui-thumbs", index, "series"),
+                "SOPInstanceUID": derive_uid("ui-thumbs", index, "image"),
+                "Modality": "DX",
+            },
+        )
+    store = open_store(f"sqlite:///{tmp_path / 'store.sqlite'}")
+    encoder = StandInEncoder(dim=16)
+    ingest_paths([archive], store, encoder, IngestConfig(workers=0, thumbnail_px=48))
+    for path in archive.iterdir():
+        path.unlink()  # only the store is left: a placeholder would show without thumbnails
+    service = SearchService(
+        lambda: gallery_from_store(store, encoder.encoder_id),
+        StoreAnchorProvider(store, encoder),
+        encoder=encoder,
+        config=SearchConfig(feature_cache_dir=tmp_path / "features"),
+    )
+    lookup = CaseLookup(service, store, thumbnail_px=32)
+    query = lookup.load_case(int(service.gallery.image_ids[0]))
+    _, ranking = lookup.search(query, SearchSettings(finding="Edema", top_k=4))
+    assert len(ranking.items) == 4
+    for image, _ in ranking.items:
+        assert image.shape == (32, round(32 * 80 / 120))  # stored 48 px, shrunk to the UI's 32
+        assert image[:, :8].max() <= 5 and image[:, -8:].min() >= 250
+    store.close()
