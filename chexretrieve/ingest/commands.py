@@ -231,12 +231,12 @@ def _run(console, *, paths, db, encoder_spec, labels_path, workers, batch_size, 
 def _thumbnails_only(console, db, thumbnail_px: int, modalities, show_progress: bool) -> int:  # noqa: ANN001
     """--thumbnails-only: a thumbnail for each stored image lacking one (or of another size)."""
     from chexretrieve.ingest.thumbnails import backfill_thumbnails
-    from chexretrieve.store import open_store
+    from chexretrieve.store import StoreConfig, default_db_url, open_store
 
     if thumbnail_px < 1:
         return _fatal(console, "--thumbnail-px must be at least 1 with --thumbnails-only")
-    try:
-        store = open_store(db)
+    try:  # a store to complete, never a new empty one
+        store = open_store(config=StoreConfig(url=db or default_db_url(), create_if_missing=False))
     except ValueError as exc:
         return _fatal(console, str(exc))
     try:

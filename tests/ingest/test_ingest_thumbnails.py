@@ -105,6 +105,10 @@ def test_backfill_and_cli_fill_what_is_missing_and_skip_lost_files(tmp_path):
     assert "3 written for 4 images" in result.output
     with open_store(url) as store:
         assert max(thumbnail_pixels(store.read_thumbnail(1)).shape) == 32
+    absent = tmp_path / "absent.sqlite"
+    result = CliRunner().invoke(app, ["ingest", "--thumbnails-only", "--db", f"sqlite:///{absent}"])
+    assert result.exit_code == 2 and "no chexretrieve store" in result.output
+    assert not absent.exists()
 
 
 def test_viewer_fields_are_stored_from_the_header(tmp_path):
