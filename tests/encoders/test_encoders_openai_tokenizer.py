@@ -14,68 +14,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from encoder_builders import VARIED_SENTENCES as SENTENCES
 
 from chexretrieve.encoders.tokenizer import bytes_to_unicode, load_clip_tokenizer
 
 CONTEXT = 77
-
-#: >= 50 varied clinical sentences: punctuation, digits, units, unicode, HTML, long, empty
-SENTENCES = [
-    "",
-    " ",
-    "No pleural effusion.",
-    "no acute cardiopulmonary process",
-    "The heart size is normal. The mediastinal contour is within normal limits.",
-    "Small left pleural effusion with adjacent atelectasis.",
-    "Moderate-to-severe pulmonary edema; cardiomegaly (CTR ~0.62).",
-    "ET tube tip 4.5 cm above the carina.",
-    "NG tube courses below the diaphragm, tip not visualized!!!",
-    "Right PICC terminates in the lower SVC/cavoatrial junction.",
-    "Interval increase in R>L bibasilar opacities, c/w aspiration vs. pneumonia?",
-    "There is no pneumothorax; there's no focal consolidation.",
-    "Patient's lungs are clear. They're well expanded, we've compared, I'm sure, it'll do.",
-    "Nodule measuring 8 mm (previously 6mm) in the RUL.",
-    "Dose: 2.5 µSv; lesion ≥ 10 mm and ≤ 3 cm; SpO₂ 94 %.",
-    "Temperature 38.5°C, HR 110 bpm, BP 90/60 mmHg.",
-    "“Curly quotes” and ‘single ones’ — with an em dash – and en dash.",
-    "ﬁbrosis and ﬂuid: ligatures ﬀ ﬃ ﬄ",
-    "ＦＵＬＬ-ＷＩＤＴＨ ｌｅｔｔｅｒｓ １２３",
-    "\ufeffByte-order mark at the start",
-    "escaped &amp; HTML &lt;tags&gt; &quot;quoted&quot; &#39;apos&#39;",
-    "double escaped &amp;amp; &amp;lt;b&amp;gt;",
-    "tabs\tand\nnewlines\r\nand   many    spaces",
-    "non\u00a0breaking\u2009thin\u3000ideographic spaces",
-    "zero\u200bwidth\u200bspace",
-    "Café résumé naïve Ångström Øresund",
-    "décomposé: e\u0301 vs é (combining accent)",
-    "Pneumothorax Ärzte Übersicht straße",
-    "胸部X線: 心拡大なし",
-    "Рентгенограмма грудной клетки: без патологии",
-    "صورة الصدر طبيعية",
-    "emoji 🫁 lungs ❤️ heart 👍🏽",
-    "1234567890 3.14159 1e-5 -7 +8 1,000,000",
-    "12/25/2024 08:30 AM",
-    "C3-C4, T12-L1, L5/S1 levels",
-    "Lines/tubes: ETT, OGT, R IJ CVC, L chest tube x2.",
-    "!!!???...,,,;;;:::",
-    "[brackets] {braces} (parens) <angles>",
-    "email@example.com https://example.org/path?q=1&r=2",
-    "CAPS LOCK SENTENCE WITH NO PUNCTUATION",
-    "MiXeD cAsE iS hErE",
-    "a",
-    "x-ray",
-    "X-RAY",
-    "it's IT'S It'S",
-    "____underscores____ and ---dashes---",
-    "#hashtag @mention $dollar %percent ^caret *star",
-    "Backslash \\ and pipe | and tilde ~ and backtick `",
-    "mojibake: donâ€™t, cafÃ©",
-    "control\x07bell and \x00null",
-    "½ ¼ ¾ ² ³ ¹ ° ± × ÷ µ ¶ §",
-    "no pleural effusion " * 30,
-    "pneumonoultramicroscopicsilicovolcanoconiosis" * 5,
-    " ".join(str(n) for n in range(100)),
-]
 
 
 @pytest.fixture(scope="module")
