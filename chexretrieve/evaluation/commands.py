@@ -90,8 +90,11 @@ def retrieval_command(
     max_images_per_split: int | None = typer.Option(
         None, "--max-images-per-split", help="CheXpert: sample this many images per split."
     ),
-    cache_dir: Path = typer.Option(
-        Path(".cache/chexretrieve/eval"), "--cache-dir", help="Embedding cache folder."
+    cache_dir: Path | None = typer.Option(
+        None,
+        "--cache-dir",
+        help="Embedding cache folder (default: eval/ under $CHEXRETRIEVE_CACHE, else "
+        "$XDG_CACHE_HOME/chexretrieve).",
     ),
     device: str = typer.Option("auto", "--device", help="Encoder device: auto, cpu, cuda."),
     blas_threads: int = typer.Option(
@@ -158,6 +161,10 @@ def retrieval_command(
     texts = load_anchor_texts(anchors_root, retrieval.findings, max_variants)
     specs = [f"chexzero:{p}" for p in checkpoint] + list(encoder)
     show = not quiet
+    if cache_dir is None:
+        from chexretrieve.cache import cache_folder
+
+        cache_dir = cache_folder("eval")
     if chexpert_root:
         from chexretrieve.evaluation.sources import chexpert_source
 

@@ -202,8 +202,9 @@ class PhantomSourceConfig:
     n_images: int = 1200
     # generation seed
     seed: int = 0
-    # folder holding the labels and embedding caches (reused when present; "" = no cache)
-    cache_dir: str = ".cache/chexretrieve/eval"
+    # folder holding the labels and embedding caches (reused when present); None = eval/ under
+    # the cache root ($CHEXRETRIEVE_CACHE, see chexretrieve.cache); "" = no cache
+    cache_dir: str | None = None
     # processes generating phantom cases while the main process embeds them
     workers: int = 2
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from chexretrieve.cache import cache_folder, write_atomically
 from chexretrieve.evaluation.config import PhantomSourceConfig
 from chexretrieve.evaluation.inputs import EncodedView
 from chexretrieve.evaluation.progress import progress_bar
@@ -65,13 +66,14 @@ def phantom_source(
     if config.n_images < 2:
         raise ValueError(f"the phantom source needs at least 2 images, got {config.n_images}")
     encoder = load_encoder(encoder_spec, config=encoder_config)
-    cache = EmbeddingCache(Path(config.cache_dir) if config.cache_dir else None)
+    folder = cache_folder("eval") if config.cache_dir is None else config.cache_dir
+    cache = EmbeddingCache(Path(folder) if folder else None)
     key = EmbeddingCache.key(
         encoder.encoder_id,
         "phantom",
         [str(config.seed), str(config.n_images), repr(PhantomConfig())],
     )
-    labels_path = Path(config.cache_dir) / f"{key}.csv" if config.cache_dir else None
+    labels_path = Path(folder) / f"{key}.csv" if folder else None
     embeddings = cache.get(key)
     if embeddings is not None and labels_path is not None and labels_path.is_file():
         table = pd.read_csv(labels_path)
@@ -79,7 +81,7 @@ def phantom_source(
         embeddings, table = _generate_and_embed(config, encoder, show_progress)
         cache.put(key, embeddings)
         if labels_path is not None:
-            table.to_csv(labels_path, index=False)
+            write_atomically(labels_path, lambda tmp: table.to_csv(tmp, index=False))
     labels = table.drop(columns=["image_id", "split"]).reset_index(drop=True)
     archive = LabelledArchive(
         table["image_id"].astype(str).to_numpy(), table["split"].astype(str).to_numpy(), labels

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from chexretrieve.cache import write_atomically
 from chexretrieve.evaluation.inputs import AnchorBank, AnchorVariant, EncodedView
 from chexretrieve.evaluation.progress import progress_bar
 from chexretrieve.evaluation.protocol import LabelledArchive
@@ -101,10 +102,8 @@ class EmbeddingCache:
     def put(self, key: str, matrix: np.ndarray) -> None:
         if self.folder is None:
             return
-        self.folder.mkdir(parents=True, exist_ok=True)
-        tmp = self.folder / f"{key}.tmp.npy"
-        np.save(tmp, matrix)
-        tmp.replace(self.folder / f"{key}.npy")
+        path = self.folder / f"{key}.npy"
+        write_atomically(path, lambda tmp: np.save(tmp, matrix, allow_pickle=False))
 
 
 def embed_texts_cached(

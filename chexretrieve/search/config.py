@@ -12,7 +12,8 @@ class SearchConfig:
     default_top_k: int = 10
     # the most results one request may ask for
     max_top_k: int = 200
-    # folder for persisted gallery features; None = $XDG_CACHE_HOME/chexretrieve/features
+    # folder for persisted gallery features; None = features/ under the cache root
+    # ($CHEXRETRIEVE_CACHE, else $XDG_CACHE_HOME/chexretrieve, see chexretrieve.cache)
     feature_cache_dir: Path | None = None
     # gallery feature blocks kept in memory (least recently used dropped; they reload from disk);
     # fitted geometries, small but slow to refit, get FeatureCache.GEOMETRIES_PER_ENTRY x as many

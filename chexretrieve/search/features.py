@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from chexretrieve.cache import cache_folder, write_atomically
 from chexretrieve.geometry import GEOMETRY_CHOICES as _GEOMETRY_CHOICES
 from chexretrieve.geometry import GeometryName, fit_geometry, geometry_name
 
@@ -202,12 +202,9 @@ class FeatureCache:
 
 
 def _save_atomically(path: Path, array: np.ndarray) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}-{threading.get_ident()}.npy")  # one per writer
-    np.save(tmp, array, allow_pickle=False)
-    os.replace(tmp, path)
+    write_atomically(path, lambda tmp: np.save(tmp, array, allow_pickle=False))
 
 
 def default_cache_folder() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "chexretrieve" / "features"
+    """The search features' folder under the one cache root (chexretrieve.cache)."""
+    return cache_folder("features")
