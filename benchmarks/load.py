@@ -246,23 +246,22 @@ def run_load(
     thumbnails: bool = True,
 ) -> LoadReport:
     """Run the load against an already seeded archive; ``audit`` (an AuditLog) is optional."""
+    from chexretrieve.app import AppConfig, open_search_app
+    from chexretrieve.audit import AuditConfig
     from chexretrieve.ingest.stand_in import StandInEncoder
     from chexretrieve.search.config import SearchConfig
-    from chexretrieve.search.service import SearchRequest, SearchService
-    from chexretrieve.search.sources import StoreAnchorProvider, gallery_from_store
+    from chexretrieve.search.service import SearchRequest
     from chexretrieve.store import open_store
     from chexretrieve.ui.handlers import CaseLookup
 
     store = open_store(db_url)
-    encoder = StandInEncoder(dim=512)
-    extra = {"audit": audit} if audit is not None else {}
-    service = SearchService(
-        lambda: gallery_from_store(store, encoder.encoder_id),
-        StoreAnchorProvider(store, encoder),
-        encoder=encoder,
-        config=SearchConfig(feature_cache_dir=work / "features"),
-        **extra,
+    config = AppConfig(
+        db_url,
+        search=SearchConfig(feature_cache_dir=work / "features"),
+        audit=AuditConfig(path=audit.path) if audit is not None else AuditConfig(enabled=False),
     )
+    # the composition root, as the UI builds it; the stand-in (no sleep) as the searching encoder
+    service = open_search_app(config, store=store, encoder=StandInEncoder(dim=512)).service
     image_ids = [int(i) for i in service.gallery.image_ids]
     for geometry in geometries:  # warm: fit geometries and features once, as a server does
         for finding in findings:

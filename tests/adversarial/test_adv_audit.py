@@ -16,13 +16,13 @@ import pytest
 from adv_faults import deny_inserts_into, tracked_sqlite_connections
 from adv_support import REPO
 
+from chexretrieve.app import AppConfig, open_search_app
 from chexretrieve.audit import AuditConfig, AuditLog, open_audit_log, verify_audit_file
 from chexretrieve.ingest import IngestConfig, IngestError, ingest_paths
 from chexretrieve.ingest.stand_in import StandInEncoder
 from chexretrieve.search.config import SearchConfig
 from chexretrieve.search.output import print_result, result_as_dict
-from chexretrieve.search.service import SearchRequest, SearchService
-from chexretrieve.search.sources import StoreAnchorProvider, gallery_from_store
+from chexretrieve.search.service import SearchRequest
 from chexretrieve.store import open_store
 from chexretrieve.ui.handlers import CaseLookup, SearchSettings
 
@@ -76,14 +76,13 @@ def archive_store(tmp_path):
 
 
 def _service(store, tmp_path, audit):  # noqa: ANN001, ANN202
-    encoder = StandInEncoder(dim=32)
-    return SearchService(
-        lambda: gallery_from_store(store, encoder.encoder_id),
-        StoreAnchorProvider(store, encoder),
-        encoder=encoder,
-        config=SearchConfig(feature_cache_dir=tmp_path / "features"),
-        audit=audit,
+    """The search service as every entry point builds it (chexretrieve.app), over ``store``."""
+    config = AppConfig(
+        store.config.url,
+        search=SearchConfig(feature_cache_dir=tmp_path / "features"),
+        audit=AuditConfig(path=audit.path) if audit is not None else AuditConfig(enabled=False),
     )
+    return open_search_app(config, store=store, encoder=StandInEncoder(dim=32)).service
 
 
 def test_searches_views_and_exports_are_audited_with_who_when_what(archive_store, cases):
