@@ -1,4 +1,4 @@
-"""CLIP-family models saved as Hugging Face folders (CLIPModel, MetaCLIP 2 and compatible).
+"""Image-text models saved as Hugging Face folders: CLIP, MetaCLIP 2, SigLIP and SigLIP 2.
 
 The folder holds ``config.json``, the weights (``model.safetensors`` or ``pytorch_model.bin``, maybe
 sharded), the image processor's ``preprocessor_config.json`` and the tokenizer files, as written by
@@ -6,7 +6,14 @@ sharded), the image processor's ``preprocessor_config.json`` and the tokenizer f
 Greyscale images in [0, 1] become 8-bit RGB images (the grey value in all three channels) and go
 through the folder's own image processor; ``embed_rgb_images`` takes colour images (natural-image
 evaluation) through the same path.
-"""
+
+The two families differ in how text goes in (each as its authors run it):
+
+- CLIP-like: padded to the longest sentence with an attention mask, pooled at the end token;
+- SigLIP / SigLIP 2 (``model_type`` siglip, siglip2): padded to ``max_length`` (the text tower's
+  positions, 64) *without* an attention mask, pooled at the last position, as the models were
+  trained. Their ``logit_scale`` (not clamped to 100 as CLIP's) is the inverse temperature;
+  ``logit_bias`` is recorded on the encoder."""
 
 from __future__ import annotations
 
@@ -31,6 +38,25 @@ from chexretrieve.encoders.device import inference_context, resolve_batch_size, 
 
 #: weight file patterns save_pretrained writes (single or sharded)
 WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin")
+#: model types trained with the sigmoid loss (max_length text padding, no mask, logit bias)
+SIGMOID_MODEL_TYPES = ("siglip", "siglip2")
+
+
+def embedding_size(config) -> int:  # noqa: ANN001
+    """Length of the joint embedding: CLIP's ``projection_dim``, else SigLIP's text head size."""
+    projection = getattr(config, "projection_dim", None)
+    if projection is not None:
+        return int(projection)
+    text_config = getattr(config, "text_config", None)
+    size = getattr(text_config, "projection_size", None) or getattr(
+        text_config, "hidden_size", None
+    )
+    if size is None:
+        raise EncoderError(
+            f"{type(config).__name__} names no projection_dim or text hidden_size; only "
+            "CLIP-family and SigLIP-family image-text models are supported"
+        )
+    return int(size)
 
 
 def greyscale_to_rgb(image: np.ndarray):
@@ -69,9 +95,15 @@ class HuggingFaceClipEncoder:
         self.tokenizer = tokenizer
         model_type = getattr(model.config, "model_type", "clip") or "clip"
         self.encoder_id = f"hf-{model_type}:{weights_hash}"
-        self.embed_dim = int(model.config.projection_dim)
-        self.inv_temperature = min(math.exp(float(model.logit_scale.detach())), 100.0)
+        self.sigmoid_family = model_type in SIGMOID_MODEL_TYPES
         text_config = getattr(model.config, "text_config", None)
+        self.embed_dim = embedding_size(model.config)
+        scale = math.exp(float(model.logit_scale.detach()))
+        # CLIP's training clamps the scale at 100; SigLIP's does not
+        self.inv_temperature = scale if self.sigmoid_family else min(scale, 100.0)
+        bias = getattr(model, "logit_bias", None)
+        #: SigLIP's learnt logit bias (recorded; the geometries use only the scale), else None
+        self.logit_bias = float(bias.detach().reshape(-1)[0]) if bias is not None else None
         positions = getattr(text_config, "max_position_embeddings", config.max_text_tokens)
         self.max_text_tokens = min(config.max_text_tokens, int(positions))
 
@@ -92,11 +124,11 @@ class HuggingFaceClipEncoder:
         out = np.zeros((len(images), self.embed_dim), dtype=np.float32)
         for start in range(0, len(images), self.batch_size):
             chunk = images[start : start + self.batch_size]
-            pixels = self.image_processor(images=chunk, return_tensors="pt")["pixel_values"]
+            # pixel_values, and for SigLIP 2 also pixel_attention_mask and spatial_shapes
+            inputs = self.image_processor(images=chunk, return_tensors="pt")
+            inputs = {name: value.to(self.device) for name, value in inputs.items()}
             with inference_context(self.device, self.config.use_autocast):
-                features = _pooled(
-                    self.model.get_image_features(pixel_values=pixels.to(self.device))
-                )
+                features = _pooled(self.model.get_image_features(**inputs))
             out[start : start + len(chunk)] = unit_rows(features.float().cpu().numpy())
         return out
 
@@ -107,16 +139,14 @@ class HuggingFaceClipEncoder:
             chunk = texts[start : start + self.batch_size]
             tokens = self.tokenizer(
                 chunk,
-                padding=True,
+                padding="max_length" if self.sigmoid_family else True,
                 truncation=True,
                 max_length=self.max_text_tokens,
                 return_tensors="pt",
             )
-            inputs = {
-                name: tokens[name].to(self.device)
-                for name in ("input_ids", "attention_mask")
-                if name in tokens
-            }
+            # SigLIP was trained on max_length padding without a mask: passing one changes results
+            names = ("input_ids",) if self.sigmoid_family else ("input_ids", "attention_mask")
+            inputs = {name: tokens[name].to(self.device) for name in names if name in tokens}
             with inference_context(self.device, self.config.use_autocast):
                 features = _pooled(self.model.get_text_features(**inputs))
             out[start : start + len(chunk)] = unit_rows(features.float().cpu().numpy())
@@ -159,7 +189,7 @@ def load_hf_clip_encoder(
         if not hasattr(model, needed):
             raise EncoderError(
                 f"Hugging Face model folder {folder} holds a {type(model).__name__}, which has no "
-                f"{needed}; only CLIP-family image-text models are supported"
+                f"{needed}; only CLIP-family and SigLIP-family image-text models are supported"
             )
     return HuggingFaceClipEncoder(
         model, image_processor, tokenizer, hash_files(weight_files), folder, config

@@ -231,3 +231,44 @@ def write_hf_clip_folder(
         size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}
     ).save_pretrained(folder)
     return folder
+
+
+def write_hf_siglip_folder(
+    folder: Path, tokenizer_folder: Path, model_type: str = "siglip", seed: int = 0
+) -> Path:
+    """A tiny random SiglipModel (or Siglip2Model) with a tokenizer and its image processor, saved
+    with save_pretrained (the tokenizer is the tiny CLIP one: the text path under test is the
+    model's padding, mask and pooling, not the vocabulary)."""
+    import transformers
+
+    if model_type == "siglip":
+        config_class, model_class = transformers.SiglipConfig, transformers.SiglipModel
+        processor = transformers.SiglipImageProcessor(size={"height": 32, "width": 32})
+        vision = dict(image_size=32)
+    else:
+        config_class, model_class = transformers.Siglip2Config, transformers.Siglip2Model
+        processor = transformers.Siglip2ImageProcessor(patch_size=8, max_num_patches=16)
+        vision = dict(num_patches=16)
+    config = config_class(
+        text_config=dict(
+            vocab_size=TINY_VOCAB_SIZE, hidden_size=32, intermediate_size=64,
+            num_hidden_layers=2, num_attention_heads=2, max_position_embeddings=64,
+            bos_token_id=TINY_VOCAB_SIZE - 2, eos_token_id=TINY_VOCAB_SIZE - 1,
+            pad_token_id=TINY_VOCAB_SIZE - 1,
+        ),
+        vision_config=dict(
+            hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+            patch_size=8, **vision,
+        ),
+    )  # fmt: skip
+    torch.manual_seed(seed)
+    model = model_class(config)
+    with torch.no_grad():  # a learnt-looking temperature and bias instead of the initial ones
+        model.logit_scale.fill_(math.log(12.5))
+        model.logit_bias.fill_(-3.0)
+    model.save_pretrained(folder)
+    tokenizer = transformers.CLIPTokenizer.from_pretrained(tokenizer_folder, local_files_only=True)
+    tokenizer.model_max_length = 64
+    tokenizer.save_pretrained(folder)
+    processor.save_pretrained(folder)
+    return folder
