@@ -58,6 +58,7 @@ ACTIONS = (
     ("metadata", 1.01),
 )
 ENCODER_SPEC = "stand-in:{ms}:512"
+MIN_WRITTEN_GUARD_S = 300.0  # run_load(min_written=...): a hang guard, not a goal
 
 
 @dataclass
@@ -185,8 +186,8 @@ class IngestLoop(threading.Thread):
         self.join(timeout=60)
 
 
-def _user(context: dict, deadline: float, seed: int, out: list) -> None:
-    """One simulated user: actions drawn at random until the deadline, each timed."""
+def _user(context: dict, stop: threading.Event, seed: int, out: list) -> None:
+    """One simulated user: actions drawn at random until ``stop`` is set, each timed."""
     from chexretrieve.search.service import SearchRequest
     from chexretrieve.ui.handlers import SearchSettings
 
@@ -198,7 +199,7 @@ def _user(context: dict, deadline: float, seed: int, out: list) -> None:
     )
     user = f"load-user-{seed}" if context["audit"] else None
     rng = random.Random(seed)
-    while time.monotonic() < deadline:
+    while not stop.is_set():
         draw = rng.random()
         action = next(name for name, upto in ACTIONS if draw < upto)
         finding, geometry = rng.choice(findings), rng.choice(geometries)
@@ -244,8 +245,13 @@ def run_load(
     think_s: float = 1.0,
     audit=None,  # noqa: ANN001
     thumbnails: bool = True,
+    min_written: int = 0,
 ) -> LoadReport:
-    """Run the load against an already seeded archive; ``audit`` (an AuditLog) is optional."""
+    """Run the load against an already seeded archive; ``audit`` (an AuditLog) is optional.
+
+    The users stop after ``seconds``, or later, once ingest has written ``min_written`` images
+    during the load (so a test can require that it really wrote, on a machine of any speed; a
+    hang guard of ``MIN_WRITTEN_GUARD_S`` seconds more ends it anyway)."""
     from chexretrieve.app import AppConfig, open_search_app
     from chexretrieve.audit import AuditConfig
     from chexretrieve.ingest.stand_in import StandInEncoder
@@ -282,13 +288,17 @@ def run_load(
     load_before = os.getloadavg()[0]
     ingest.start()
     results: list[tuple[str, float, str | None]] = []
-    deadline = time.monotonic() + seconds
+    stop = threading.Event()
     threads = [
-        threading.Thread(target=_user, args=(context, deadline, seed, results))
-        for seed in range(users)
+        threading.Thread(target=_user, args=(context, stop, seed, results)) for seed in range(users)
     ]
     for thread in threads:
         thread.start()
+    stop.wait(seconds)
+    guard = time.monotonic() + MIN_WRITTEN_GUARD_S
+    while store.count_images() - before < min_written and time.monotonic() < guard:
+        stop.wait(0.25)
+    stop.set()
     for thread in threads:
         thread.join()
     written = store.count_images() - before

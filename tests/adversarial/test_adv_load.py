@@ -1,9 +1,11 @@
 """The short CI version of ``benchmarks/load.py``: 20 users for 30 s while ingest writes.
 
-Asserted: zero errors (no "database is locked" among them), ingest really wrote during the load,
-every search is in the audit trail with its chain intact. The p95 is measured and reported (the
-goal, p95 <= 2 s, is the benchmark's to print: tests are not timed), with one loose bound that
-catches pathologies such as the geometry-cache thrash this suite found (p95 37 s at 4 users).
+Asserted: zero errors (no "database is locked" among them), ingest really wrote during the load
+(the users go on past 30 s until it has, however slow the machine), every search is in the audit
+trail with its chain intact. The p95 is measured and reported (the goal, p95 <= 2 s, is the
+benchmark's to print: tests are not timed), with one hang-guard bound 100x above the p95 seen on a
+loaded 2-core machine (0.6 s at load average 9.5) that still catches pathologies such as the
+geometry-cache thrash this suite found (p95 37 s at 4 users).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from chexretrieve.audit import AuditLog, verify_audit_file
 
 USERS = 20
 SECONDS = 30.0
-PATHOLOGY_P95_S = 20.0
+PATHOLOGY_P95_S = 60.0
 
 
 def load_benchmark():  # noqa: ANN201
@@ -50,6 +52,7 @@ def test_20_users_for_30_s_during_ingest(tmp_path, monkeypatch, cases):
         geometries=("softmax", "cosine", "gaussian"),
         think_s=1.0,
         audit=audit,
+        min_written=1,
     )
     requests = {action: row["requests"] for action, row in report.by_action.items()}
     warm_up = 3 * 3  # findings x geometries searched once before the users start
