@@ -38,8 +38,16 @@ class SearchConfig:
     # ANN indexes kept in memory (least recently used dropped and rebuilt when needed again);
     # an HNSW index over a million images holds about 0.7 GB
     index_cache_entries: int = 4
+    # dtype the service holds gallery embeddings and gallery features in (memory and feature
+    # cache files): "float32", or "float16" (half the memory and bytes scanned per search; scores
+    # still accumulate in float32; ranking change measured in README "Storage precision")
+    storage_dtype: str = "float32"
 
     def __post_init__(self) -> None:
+        if self.storage_dtype not in ("float32", "float16"):
+            raise ValueError(
+                f"unknown storage dtype {self.storage_dtype!r}; choose one of: float32, float16"
+            )
         kinds = ("none", "exact", "hnsw", "ivf")
         if self.index_kind not in kinds:
             raise ValueError(

@@ -20,6 +20,7 @@ import numpy as np
 from chexretrieve.cache import cache_folder, write_atomically
 from chexretrieve.geometry import GEOMETRY_CHOICES as _GEOMETRY_CHOICES
 from chexretrieve.geometry import GeometryName, fit_geometry, geometry_name
+from chexretrieve.search.scoring import ROW_CHUNK, KeyMatrix, check_storage_dtype
 
 logger = logging.getLogger(__name__)
 
@@ -50,12 +51,23 @@ class FeatureCache:
     work is done outside it. Geometries are small and only held in memory (a refit can take
     seconds), so they get their own LRU, ``GEOMETRIES_PER_ENTRY`` times larger than the one for
     feature blocks, which are large and reload from disk.
+
+    Feature blocks are ``KeyMatrix`` objects in ``storage_dtype`` ("float32" or "float16"), the
+    dtype of their cache files too. Plain-layout geometries (cosine, ITI), whose features are the
+    embeddings themselves, share the gallery's embedding rows instead of holding a copy.
     """
 
     GEOMETRIES_PER_ENTRY = 8
 
-    def __init__(self, folder: Path | None, entries: int, index_entries: int = 4):
+    def __init__(
+        self,
+        folder: Path | None,
+        entries: int,
+        index_entries: int = 4,
+        storage_dtype: str = "float32",
+    ):
         self.folder = folder
+        self.storage_dtype = check_storage_dtype(storage_dtype)
         self.entries = max(1, entries)
         self.index_entries = max(1, index_entries)  # ANN indexes are the largest objects held
         self._memory: OrderedDict[str, object] = OrderedDict()  # feature blocks
@@ -129,9 +141,15 @@ class FeatureCache:
             self._remember(self._geometries, key, geom, self.GEOMETRIES_PER_ENTRY * self.entries)
         return geom, key
 
-    def gallery_features(self, geometry, geometry_key: str, fingerprint: str, embeddings):
-        """Features of every gallery row under the geometry: memory, then disk, then computed."""
-        key = "feat:" + _digest(geometry_key, fingerprint)
+    def gallery_features(
+        self, geometry, geometry_key: str, fingerprint: str, embeddings
+    ) -> KeyMatrix:
+        """Features of every gallery row under the geometry, a ``KeyMatrix`` in the storage dtype:
+        memory, then disk, then computed."""
+        parts = (geometry_key, fingerprint)
+        if self.storage_dtype != "float32":  # float32 keeps the cache file names it always had
+            parts += (self.storage_dtype,)
+        key = "feat:" + _digest(*parts)
         cached = self._recall(self._memory, key)
         if cached is not None:
             return cached
@@ -179,26 +197,47 @@ class FeatureCache:
         for build in builds:
             build.join(timeout_s)
 
-    def _load_or_compute_features(self, key: str, geometry, embeddings):
+    def _load_or_compute_features(self, key: str, geometry, embeddings) -> KeyMatrix:
         cached = self._recall(self._memory, key)  # computed while this one waited
         if cached is not None:
             return cached
+        if geometry.layout == "plain":  # cosine, ITI: the features are the embeddings
+            features = KeyMatrix.owning(embeddings)
+            if features is None or features.dtype != self.storage_dtype:
+                features = KeyMatrix.from_rows(embeddings, self.storage_dtype)
+            self._remember(self._memory, key, features, self.entries)
+            return features
         path = self.folder / f"{key[5:]}.npy" if self.folder else None
         features = None
         if path is not None and path.exists():
             try:
-                loaded = np.load(path, mmap_mode=None, allow_pickle=False)
-                if loaded.shape == (len(embeddings), geometry.feature_dim):
-                    features = loaded
+                loaded = np.load(path, mmap_mode="r", allow_pickle=False)
+                expected = (len(embeddings), geometry.feature_dim)
+                if loaded.shape == expected and loaded.dtype == self.storage_dtype:
+                    features = KeyMatrix.from_stored(loaded)  # copied out of the mapping
+                del loaded
             except (OSError, ValueError):
                 features = None  # a damaged cache file is recomputed and replaced
         if features is None:
-            features = geometry.features(np.asarray(embeddings, dtype=np.float32))
+            features = KeyMatrix(geometry.feature_dim, self.storage_dtype)
+            features.extend(
+                geometry.features(_unit_float32(embeddings[start : start + ROW_CHUNK]))
+                for start in range(0, len(embeddings), ROW_CHUNK)
+            )
             self.computed += 1
             if path is not None:
-                _save_atomically(path, features)
+                _save_atomically(path, features.array)
         self._remember(self._memory, key, features, self.entries)
         return features
+
+
+def _unit_float32(rows: np.ndarray) -> np.ndarray:
+    """Embedding rows as float32; rows stored in float16 are renormalised (rounding moved them
+    off the unit sphere by up to ~5e-4)."""
+    out = np.asarray(rows, dtype=np.float32)
+    if np.asarray(rows).dtype != np.float32:
+        out = out / np.linalg.norm(out, axis=1, keepdims=True)
+    return out
 
 
 def _save_atomically(path: Path, array: np.ndarray) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import hashlib
 from dataclasses import dataclass, field
@@ -26,7 +27,8 @@ METADATA_COLUMNS = (
 class Gallery:
     """Everything search needs about the archived images of one encoder, row-aligned.
 
-    ``embeddings`` are the encoder's unit vectors (float32); ``metadata`` and ``labels`` are indexed
+    ``embeddings`` are the encoder's unit vectors (float32; float16 when the search service
+    stores them so, see ``with_embeddings``); ``metadata`` and ``labels`` are indexed
     by image id in the same row order; labels hold 1 / 0 / -1 / NaN per finding (CheXpert names).
     """
 
@@ -78,6 +80,19 @@ class Gallery:
                 f"case {image_id} is not in the archive for encoder {self.encoder_id!r}; "
                 "pick an ingested case id (see `chexretrieve search --help`)"
             ) from None
+
+
+def with_embeddings(gallery: Gallery, embeddings: np.ndarray) -> Gallery:
+    """The same gallery over other storage of the same embedding rows (e.g. rounded to float16):
+    ids, metadata, labels, fingerprint and row index are shared, nothing is recomputed."""
+    if np.shape(embeddings) != gallery.embeddings.shape:
+        raise ValueError(
+            f"replacement embeddings have shape {np.shape(embeddings)}; the gallery's are "
+            f"{gallery.embeddings.shape}"
+        )
+    stored = copy.copy(gallery)  # a shallow copy: __post_init__ does not run again
+    object.__setattr__(stored, "embeddings", embeddings)
+    return stored
 
 
 def gallery_fingerprint(gallery: Gallery) -> str:

@@ -28,7 +28,8 @@ from chexretrieve.search.features import (
     default_cache_folder,
     parse_geometry,
 )
-from chexretrieve.search.gallery import Gallery, SearchFilters, filter_mask
+from chexretrieve.search.gallery import Gallery, SearchFilters, filter_mask, with_embeddings
+from chexretrieve.search.scoring import KeyMatrix
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,10 @@ class SearchService:
         self.encoder = encoder
         folder = self.config.feature_cache_dir or default_cache_folder()
         self.cache = FeatureCache(
-            folder, self.config.memory_cache_entries, self.config.index_cache_entries
+            folder,
+            self.config.memory_cache_entries,
+            self.config.index_cache_entries,
+            self.config.storage_dtype,
         )
 
     # ----------------------------------------------------------------------------- gallery
@@ -139,8 +143,17 @@ class SearchService:
             return gallery
         with self._gallery_lock:  # one load at a time: concurrent searches wait for it
             if self._gallery is None:
-                self._gallery = self._load_gallery()
+                self._gallery = self._stored(self._load_gallery())
             return self._gallery
+
+    def _stored(self, gallery: Gallery) -> Gallery:
+        """The gallery with its embeddings held once, in SearchConfig.storage_dtype, in the
+        ``KeyMatrix`` that cosine and ITI search scan directly."""
+        keys = KeyMatrix.owning(gallery.embeddings)
+        if keys is not None and keys.dtype == self.config.storage_dtype:
+            return gallery
+        keys = KeyMatrix.from_rows(gallery.embeddings, self.config.storage_dtype)
+        return with_embeddings(gallery, keys.array)
 
     def refresh(self) -> None:
         """Reload the gallery (after an ingest); features recompute only if the archive changed."""
@@ -163,7 +176,7 @@ class SearchService:
             current = self._gallery
             if current is not None and current is not gallery and all(i in current for i in wanted):
                 return current  # another request reloaded it meanwhile
-            self._gallery = self._load_gallery()  # started after the miss: sees those commits
+            self._gallery = self._stored(self._load_gallery())  # started after the miss
             return self._gallery
 
     def _gallery_for(self, request: SearchRequest, *image_ids: int) -> Gallery:
@@ -193,20 +206,11 @@ class SearchService:
         ranked = None
         if k > 0 and self._ranks_by_index(request, gallery):
             ranked = self._rank_by_index(geometry, features, key, gallery, query, mask, k)
-        if ranked is not None:
-            rows, scores = ranked
-        else:
-            scores = self._scores(geometry, features, query, request, gallery)
-            scores = np.where(mask, scores, -np.inf)
-            if k == 0:
-                rows = np.empty(0, dtype=np.int64)
-            else:
-                part = np.argpartition(-scores, k - 1)[:k]
-                rows = part[np.lexsort((gallery.image_ids[part], -scores[part]))]
-        hits = tuple(
-            self._hit(rank, row, scores[row], gallery, finding, query, anchor_set, request.explain)
-            for rank, row in enumerate(rows, start=1)
-        )
+        if ranked is None:
+            vector, offset = self._query_vector(geometry, features, query, request, gallery)
+            ranked = _rank_exactly(features, vector, offset, mask, candidates, k, gallery)
+        rows, scores = ranked
+        hits = self._hits(rows, scores, gallery, query, anchor_set, request.explain)
         result = SearchResult(
             finding=finding,
             geometry=spec.name,
@@ -268,31 +272,29 @@ class SearchService:
         )
 
     def _rank_by_index(self, geometry, features, key, gallery, query, mask, k):
-        """(rows, scores over all rows: the geometry's score on the rows found, -inf elsewhere)
-        from the ANN index, or None while the index of this archive is still being built (the
-        search then ranks exactly: a reload during ingest never makes a search wait for a build)."""
+        """(rows, their scores), best first, from the ANN index, or None while the index of this
+        archive is still being built (the search then ranks exactly: a reload during ingest never
+        makes a search wait for a build)."""
         index = self.cache.gallery_index(
-            geometry, key, gallery.fingerprint, features, self.config.index_kind
+            geometry, key, gallery.fingerprint, features.array, self.config.index_kind
         )
         if index is None:
             return None
         fq = geometry.features(query[None, :].astype(np.float32))
         found, rows = index.search_features(geometry, fq, k, allowed=mask)
         valid = rows[0] >= 0  # FAISS pads with -1 when it finds fewer than k
-        rows = rows[0][valid]
-        scores = np.full(len(gallery), -np.inf)
-        scores[rows] = found[0][valid]
-        return rows[np.lexsort((gallery.image_ids[rows], -scores[rows]))], scores
+        rows, scores = rows[0][valid], found[0][valid].astype(np.float64)
+        order = np.lexsort((gallery.image_ids[rows], -scores))
+        return rows[order], scores[order]
 
     def explain(self, request: SearchRequest, result_id: int) -> Explanation:
         """Explain why ``result_id`` is close to the request's query for its finding."""
         gallery = self._gallery_for(request, result_id)
         query, _ = self._query_embedding(request, gallery)
         anchor_set = self.anchors.anchor_set(canonical_finding(request.finding), request.anchor_set)
-        other = gallery.embeddings[gallery.row_of(result_id)]
         return explain_pair(
             query,
-            other,
+            _unit_row(gallery, gallery.row_of(result_id)),
             anchor_set.embeddings,
             anchor_set.sentences,
             self.inv_temperature,
@@ -359,45 +361,75 @@ class SearchService:
         return geometry, features, key
 
     def _scores(self, geometry, features, query, request: SearchRequest, gallery: Gallery):
+        vector, offset = self._query_vector(geometry, features, query, request, gallery)
+        return features.inner_products(vector).astype(np.float64) + offset
+
+    def _query_vector(self, geometry, features, query, request, gallery):
+        """(vector, offset): every gallery row scores vector · f_k + offset. Relevance feedback is
+        folded in (each geometry's score is linear in the query vector, so the mean score of the
+        marked rows is the score of their mean query vector): one scan ranks it."""
         fq = geometry.features(query[None, :].astype(np.float32))
-        scores = geometry.score(fq, features)[0].astype(np.float64)
+        vector = geometry.query_vectors(fq)[0].astype(np.float64)
+        offset = float(geometry.query_offsets(fq)[0])
         for ids, weight in (
             (request.relevant, self.config.feedback_relevant_weight),
             (request.not_relevant, -self.config.feedback_irrelevant_weight),
         ):
             if ids:
-                rows = [gallery.row_of(i) for i in ids]
-                scores += weight * _mean_scores(geometry, features[rows], features)
-        return scores
+                fr = features.rows([gallery.row_of(i) for i in ids])
+                vector += weight * geometry.query_vectors(fr).astype(np.float64).mean(axis=0)
+                offset += weight * float(geometry.query_offsets(fr).astype(np.float64).mean())
+        return vector, offset
 
-    def _hit(self, rank, row, score, gallery, finding, query, anchor_set, explain) -> SearchHit:
-        meta = gallery.metadata.iloc[row].to_dict()
-        labels = {k: _label(v) for k, v in gallery.labels.iloc[row].to_dict().items()}
-        explanation = None
-        if explain:
-            explanation = explain_pair(
-                query,
-                gallery.embeddings[row],
-                anchor_set.embeddings,
-                anchor_set.sentences,
-                self.inv_temperature,
-                self.config.explanation_anchors,
+    def _hits(self, rows, scores, gallery, query, anchor_set, explain) -> tuple[SearchHit, ...]:
+        metadata = gallery.metadata.iloc[rows].to_dict("records")  # one lookup for all rows
+        labels = gallery.labels.iloc[rows].to_dict("records")
+        hits = []
+        for rank, (row, score) in enumerate(zip(rows, scores, strict=True), start=1):
+            explanation = None
+            if explain:
+                explanation = explain_pair(
+                    query,
+                    _unit_row(gallery, row),
+                    anchor_set.embeddings,
+                    anchor_set.sentences,
+                    self.inv_temperature,
+                    self.config.explanation_anchors,
+                )
+            hits.append(
+                SearchHit(
+                    rank=rank,
+                    image_id=int(gallery.image_ids[row]),
+                    score=float(score),
+                    metadata=metadata[rank - 1],
+                    labels={k: _label(v) for k, v in labels[rank - 1].items()},
+                    explanation=explanation,
+                )
             )
-        return SearchHit(
-            rank=rank,
-            image_id=int(gallery.image_ids[row]),
-            score=float(score),
-            metadata=meta,
-            labels=labels,
-            explanation=explanation,
-        )
+        return tuple(hits)
 
 
-def _mean_scores(geometry, fr: np.ndarray, fk: np.ndarray) -> np.ndarray:
-    """Mean over the rows of fr of their scores against every key (one matrix product)."""
-    qv = geometry.query_vectors(fr).astype(np.float64).mean(axis=0)
-    offset = float(geometry.query_offsets(fr).astype(np.float64).mean())
-    return fk.astype(np.float64) @ qv + offset
+def _rank_exactly(features: KeyMatrix, vector, offset, mask, candidates, k, gallery):
+    """(rows, scores), best first, ties by image id: the exact top k of the eligible rows."""
+    if k == 0:
+        return np.empty(0, dtype=np.int64), np.empty(0)
+    allowed = None if candidates == len(mask) else mask
+    # one row more than wanted shows whether a tie crosses the cut (then the lowest ids must win)
+    found, rows = features.top_k(vector, k + 1, allowed)
+    if len(found) > k and found[k - 1] == found[k]:
+        scores = np.where(mask, features.inner_products(vector), -np.inf)
+        kth = -np.partition(-scores, k - 1)[k - 1]
+        rows = np.flatnonzero(scores >= kth)  # every row tied with the k-th
+        found = scores[rows]
+    found = found.astype(np.float64) + offset
+    order = np.lexsort((gallery.image_ids[rows], -found))[:k]
+    return rows[order], found[order]
+
+
+def _unit_row(gallery: Gallery, row: int) -> np.ndarray:
+    """A gallery embedding as a float64 unit vector (float16 storage rounds it off the sphere)."""
+    vector = gallery.embeddings[row].astype(np.float64)
+    return vector / np.linalg.norm(vector)
 
 
 def _label(value) -> float | None:

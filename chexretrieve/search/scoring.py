@@ -1,0 +1,195 @@
+"""Gallery key rows stored once (float32 or float16) and scanned exactly by FAISS.
+
+Every geometry scores a gallery as ``query_vector · f_k + offset`` (``chexretrieve.geometry.base``),
+so an exact search is a maximum-inner-product scan over the cached feature rows. ``KeyMatrix``
+holds those rows inside a FAISS flat index (``IndexFlatIP`` for float32, ``IndexScalarQuantizer``
+with ``QT_fp16`` for float16) and exposes them to numpy as a read-only view of the same memory, so
+the rows are held once: the view keeps its ``KeyMatrix`` alive, however it is sliced or passed on.
+
+Why FAISS: its flat scans are SIMD loops that decode float16 on the fly and keep a top-k heap, one
+thread per query; numpy has no float16 BLAS (casting a chunk to float32 first costs more than the
+scan) and a full score vector plus argpartition touches the gallery twice. float16 halves the bytes
+a scan reads and the memory held; scores are accumulated in float32 either way.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+#: storage dtypes of gallery embeddings and features (SearchConfig.storage_dtype)
+STORAGE_DTYPES = ("float32", "float16")
+#: rows converted and added together (bounds the float32 temporaries of float16 storage)
+ROW_CHUNK = 16384
+
+
+def _faiss():
+    import faiss  # a dependency; imported when the first gallery is stored
+
+    return faiss
+
+
+def check_storage_dtype(dtype: str) -> str:
+    if dtype not in STORAGE_DTYPES:
+        raise ValueError(
+            f"unknown storage dtype {dtype!r}; choose one of: {', '.join(STORAGE_DTYPES)}"
+        )
+    return dtype
+
+
+class _BorrowedMemory:
+    """Bytes that ``owner`` (a FAISS index) holds, exposed to numpy: every array over them keeps
+    the owner alive (numpy's view chains end at this object, which is not an array). It holds the
+    index, not the KeyMatrix: numpy arrays are not traced by the garbage collector, so a cycle
+    through an array's base would never be freed."""
+
+    def __init__(self, owner: object, address: int, nbytes: int):
+        self.owner = owner
+        self.__array_interface__ = {
+            "data": (address, False),
+            "shape": (nbytes,),
+            "typestr": "|u1",
+            "version": 3,
+        }
+
+
+class KeyMatrix:
+    """(n, width) key rows in ``dtype``, held inside a FAISS flat index; build with ``from_rows``
+    (any float rows, converted chunk by chunk) or ``from_stored`` (rows already in ``dtype``)."""
+
+    def __init__(self, width: int, dtype: str):
+        faiss = _faiss()
+        self.dtype = np.dtype(check_storage_dtype(dtype))
+        self.width = int(width)
+        if self.dtype == np.float32:
+            self._index = faiss.IndexFlatIP(self.width)
+        else:
+            self._index = faiss.IndexScalarQuantizer(
+                self.width, faiss.ScalarQuantizer.QT_fp16, faiss.METRIC_INNER_PRODUCT
+            )
+        self._array = np.empty((0, self.width), dtype=self.dtype)
+
+    # --------------------------------------------------------------------------- building
+    @classmethod
+    def from_rows(cls, rows, dtype: str) -> KeyMatrix:
+        """Rows of any float dtype, stored in ``dtype`` (float16 rounds to nearest)."""
+        rows = np.asarray(rows)
+        if rows.ndim != 2:
+            raise ValueError(f"key rows must be a 2-D array, got shape {rows.shape}")
+        keys = cls(rows.shape[1], dtype)
+        keys.extend(rows[start : start + ROW_CHUNK] for start in range(0, len(rows), ROW_CHUNK))
+        return keys
+
+    @classmethod
+    def from_stored(cls, stored: np.ndarray) -> KeyMatrix:
+        """Rows already in a storage dtype (e.g. loaded from disk), copied byte for byte."""
+        stored = np.asarray(stored)
+        if stored.ndim != 2:
+            raise ValueError(f"key rows must be a 2-D array, got shape {stored.shape}")
+        keys = cls(stored.shape[1], stored.dtype.name)
+        raw = np.ascontiguousarray(stored).reshape(-1).view(np.uint8)
+        if raw.size:
+            codes = keys._index.codes
+            codes.resize(raw.size)
+            _faiss().rev_swig_ptr(codes.data(), raw.size)[:] = raw
+            keys._index.ntotal = stored.shape[0]
+        keys._refresh_view()
+        return keys
+
+    def extend(self, chunks) -> None:
+        """Append row chunks (each (m, width), any float dtype); only before the rows are used."""
+        for chunk in chunks:
+            chunk = np.ascontiguousarray(chunk, dtype=np.float32)
+            if chunk.ndim != 2 or chunk.shape[1] != self.width:
+                raise ValueError(f"key rows have shape {chunk.shape}; expected (m, {self.width})")
+            if len(chunk):
+                self._index.add(chunk)
+        self._refresh_view()
+
+    def _refresh_view(self) -> None:
+        n = int(self._index.ntotal)
+        if n == 0:
+            self._array = np.empty((0, self.width), dtype=self.dtype)
+            return
+        nbytes = n * self.width * self.dtype.itemsize
+        memory = _BorrowedMemory(self._index, int(self._index.codes.data()), nbytes)
+        view = np.asarray(memory).view(self.dtype).reshape(n, self.width)
+        view.flags.writeable = False
+        self._array = view
+
+    # ---------------------------------------------------------------------------- reading
+    @property
+    def array(self) -> np.ndarray:
+        """The rows as a read-only (n, width) ndarray in the storage dtype (no copy)."""
+        return self._array
+
+    def __len__(self) -> int:
+        return int(self._index.ntotal)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self._array.nbytes)
+
+    @classmethod
+    def owning(cls, array) -> KeyMatrix | None:
+        """A KeyMatrix over the same memory when ``array`` is the full ``array`` of one (the rows
+        are then not copied again), else None."""
+        if not isinstance(array, np.ndarray) or array.ndim != 2:
+            return None
+        base = array
+        while isinstance(base, np.ndarray):
+            base = base.base
+        if not isinstance(base, _BorrowedMemory) or array.dtype.name not in STORAGE_DTYPES:
+            return None
+        index = base.owner
+        address, _ = base.__array_interface__["data"]
+        if (
+            array.ctypes.data != address
+            or not array.flags.c_contiguous
+            or array.shape != (index.ntotal, index.d)
+        ):
+            return None
+        keys = cls.__new__(cls)
+        keys.dtype, keys.width = array.dtype, int(index.d)
+        keys._index, keys._array = index, array
+        return keys
+
+    def rows(self, rows) -> np.ndarray:
+        """The given rows as float32 (a copy)."""
+        return self._array[rows].astype(np.float32)
+
+    def top_k(self, query_vector, k: int, allowed=None) -> tuple[np.ndarray, np.ndarray]:
+        """(inner products, rows), best first, of the at most k rows with the largest inner
+        product with ``query_vector``; ``allowed``: boolean mask over the rows (None = all)."""
+        query = np.ascontiguousarray(np.reshape(query_vector, (1, -1)), dtype=np.float32)
+        if query.shape[1] != self.width:
+            raise ValueError(
+                f"the query vector has {query.shape[1]} entries but the keys are {self.width} wide"
+            )
+        k = min(int(k), len(self))
+        if k <= 0:
+            return np.empty(0, dtype=np.float32), np.empty(0, dtype=np.int64)
+        params = None
+        if allowed is not None:
+            faiss = _faiss()
+            mask = np.asarray(allowed, dtype=bool)
+            if mask.shape != (len(self),):
+                raise ValueError(
+                    f"the allowed mask has shape {mask.shape}; expected ({len(self)},)"
+                )
+            bits = np.packbits(mask, bitorder="little")
+            params = faiss.SearchParameters()
+            params.sel = faiss.IDSelectorBitmap(len(self), faiss.swig_ptr(bits))
+        scores, rows = self._index.search(query, k, params=params)
+        found = rows[0] >= 0  # FAISS pads with -1 when fewer rows pass the mask
+        return scores[0][found], rows[0][found].astype(np.int64)
+
+    def inner_products(self, query_vector) -> np.ndarray:
+        """(n,) float32 inner products of every row with ``query_vector`` (a full scan)."""
+        query = np.asarray(query_vector, dtype=np.float32).reshape(-1)
+        if self.dtype == np.float32:
+            return self._array @ query
+        out = np.empty(len(self), dtype=np.float32)
+        for start in range(0, len(self), ROW_CHUNK):
+            block = self._array[start : start + ROW_CHUNK].astype(np.float32)
+            np.matmul(block, query, out=out[start : start + len(block)])
+        return out
