@@ -179,7 +179,13 @@ class KeyMatrix:
             bits = np.packbits(mask, bitorder="little")
             params = faiss.SearchParameters()
             params.sel = faiss.IDSelectorBitmap(len(self), faiss.swig_ptr(bits))
-        scores, rows = self._index.search(query, k, params=params)
+        faiss = _faiss()
+        threads = faiss.omp_get_max_threads()
+        faiss.omp_set_num_threads(1)  # this thread only: one query scans on one core; a team
+        try:  # of OpenMP threads only waits on each other (badly, on a busy machine)
+            scores, rows = self._index.search(query, k, params=params)
+        finally:
+            faiss.omp_set_num_threads(threads)
         found = rows[0] >= 0  # FAISS pads with -1 when fewer rows pass the mask
         return scores[0][found], rows[0][found].astype(np.int64)
 

@@ -1,0 +1,147 @@
+"""Gallery storage in float32 / float16 (SearchConfig.storage_dtype) and the KeyMatrix scan.
+
+References are plain float64 numpy on the stored rows (independent of FAISS), and the float32
+service for the float16 one."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+from test_search_service import FakeAnchors, FakeEncoder, make_gallery
+
+from chexretrieve.search.config import SearchConfig
+from chexretrieve.search.features import parse_geometry
+from chexretrieve.search.scoring import KeyMatrix
+from chexretrieve.search.service import SearchRequest, SearchService
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_key_matrix_top_k_is_the_exact_top_k_of_the_stored_rows(dtype):
+    rng = np.random.default_rng(0)
+    rows = rng.standard_normal((3000, 37)).astype(np.float32)
+    keys = KeyMatrix.from_rows(rows, dtype)
+    assert keys.array.dtype == dtype and keys.array.shape == rows.shape
+    stored = keys.array.astype(np.float64)
+    rounding = 1e-3 if dtype == "float16" else 0.0
+    np.testing.assert_allclose(stored, rows, rtol=rounding, atol=1e-7)
+    allowed = rng.random(3000) < 0.2
+    for mask in (None, allowed):
+        query = rng.standard_normal(37)
+        reference = stored @ query
+        if mask is not None:
+            reference = np.where(mask, reference, -np.inf)
+        scores, found = keys.top_k(query, 10, mask)
+        assert list(found) == list(np.argsort(-reference, kind="stable")[:10])
+        np.testing.assert_allclose(scores, reference[found], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(keys.inner_products(query), stored @ query, rtol=1e-5, atol=1e-5)
+    # fewer allowed rows than asked for: only those come back
+    few = np.zeros(3000, dtype=bool)
+    few[[5, 17]] = True
+    assert sorted(keys.top_k(rng.standard_normal(37), 10, few)[1]) == [5, 17]
+    with pytest.raises(ValueError, match="allowed mask has shape"):
+        keys.top_k(np.ones(37), 3, np.ones(5, dtype=bool))
+    with pytest.raises(ValueError, match="37 wide"):
+        keys.top_k(np.ones(4), 3)
+
+
+def test_key_matrix_round_trips_stored_rows_and_keeps_its_memory_alive():
+    rng = np.random.default_rng(1)
+    keys = KeyMatrix.from_rows(rng.standard_normal((5000, 64)), "float16")
+    copy = KeyMatrix.from_stored(np.array(keys.array))
+    assert copy.array.dtype == np.float16 and np.array_equal(copy.array, keys.array)
+    assert KeyMatrix.owning(copy.array) is not None  # the full view maps back to its rows
+    assert KeyMatrix.owning(copy.array[1:]) is None
+    assert KeyMatrix.owning(np.array(copy.array)) is None
+    part, expected = copy.array[100:200], np.array(copy.array[100:200])
+    del copy
+    gc.collect()
+    _ = [rng.standard_normal((500, 500)) for _ in range(5)]  # reuse freed memory, if any was
+    assert np.array_equal(part, expected)  # the view still holds the FAISS index's memory
+    with pytest.raises(ValueError, match="unknown storage dtype 'int8'"):
+        KeyMatrix(4, "int8")
+    with pytest.raises(ValueError, match="unknown storage dtype 'bfloat16'"):
+        SearchConfig(storage_dtype="bfloat16")
+
+
+def _service(tmp_path, gallery, dtype, seed=1):
+    rng = np.random.default_rng(seed)
+    config = SearchConfig(feature_cache_dir=tmp_path / "features", storage_dtype=dtype)
+    return SearchService(lambda: gallery, FakeAnchors(rng), FakeEncoder(rng), config=config)
+
+
+def _clustered_gallery(n: int, seed: int):
+    """make_gallery's rows replaced by noisy copies of 40 centres (near neighbours exist, as in
+    real archives where many images look alike)."""
+    gallery = make_gallery(n=n, seed=seed)
+    rng = np.random.default_rng(seed + 1)
+    centres = rng.standard_normal((40, gallery.dim))
+    rows = centres[rng.integers(0, 40, n)] + 0.6 * rng.standard_normal((n, gallery.dim))
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    gallery.embeddings[:] = rows.astype(np.float32)
+    return gallery
+
+
+@pytest.mark.parametrize("geometry", ["cosine", "softmax", "gaussian", "gmm"])
+def test_float16_storage_ranks_like_float32(tmp_path, geometry):
+    gallery = _clustered_gallery(1500, seed=3)
+    full = _service(tmp_path / "32", gallery, "float32")
+    half = _service(tmp_path / "16", gallery, "float16")
+    assert half.gallery.embeddings.dtype == np.float16
+    assert full.gallery.embeddings.dtype == np.float32
+    overlaps = []
+    for case in range(100, 1600, 50):
+        request = SearchRequest(finding="Edema", geometry=geometry, case_id=case, top_k=10)
+        want, got = full.search(request), half.search(request)
+        overlaps.append(len({h.image_id for h in want.hits} & {h.image_id for h in got.hits}))
+        want_scores, _ = full.gallery_scores(request)
+        scale = np.abs(want_scores).max()  # float16 rounding is relative to the scores' size
+        for hit in got.hits:
+            wanted = want_scores[gallery.row_of(hit.image_id)]
+            assert hit.score == pytest.approx(wanted, abs=5e-3 * scale)
+    assert np.mean(overlaps) / 10 >= 0.99, overlaps
+
+
+def test_float16_features_persist_in_float16_and_reload(tmp_path):
+    gallery = make_gallery(n=400, seed=5)
+    first = _service(tmp_path, gallery, "float16")
+    request = SearchRequest(finding="Edema", geometry="softmax", case_id=150, top_k=10)
+    hits = first.search(request).hits
+    assert first.cache.computed == 1
+    files = list((tmp_path / "features").glob("*.npy"))
+    assert len(files) == 1 and np.load(files[0]).dtype == np.float16
+    again = _service(tmp_path, gallery, "float16")
+    assert again.search(request).hits == hits and again.cache.computed == 0
+    # a float32 service does not read the float16 file: it computes and writes its own
+    full = _service(tmp_path, gallery, "float32")
+    full.search(request)
+    assert full.cache.computed == 1
+    assert len(list((tmp_path / "features").glob("*.npy"))) == 2
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_relevance_feedback_score_is_the_rocchio_sum_of_scores(tmp_path, dtype):
+    """The folded query vector gives s(q,k) + β·mean_r s(r,k) − γ·mean_n s(n,k), with s computed
+    here pair by pair from the geometry and the stored features."""
+    gallery = make_gallery(n=300, seed=6)
+    svc = _service(tmp_path, gallery, dtype)
+    request = SearchRequest(
+        finding="Edema", geometry="gaussian", case_id=120, relevant=(130, 170), not_relevant=(200,)
+    )
+    scores, _ = svc.gallery_scores(request)
+    plain, _ = svc.gallery_scores(SearchRequest(finding="Edema", geometry="gaussian", case_id=120))
+    anchor_set = svc.anchors.anchor_set("Edema", None)
+    geometry, features, _ = svc._features(parse_geometry("gaussian"), anchor_set, svc.gallery)
+    keys = features.array.astype(np.float64)
+
+    def s(image_id):
+        return geometry.score(keys[[svc.gallery.row_of(image_id)]], keys)[0]
+
+    config = svc.config
+    expected = (
+        plain
+        + config.feedback_relevant_weight * (s(130) + s(170)) / 2
+        - config.feedback_irrelevant_weight * s(200)
+    )
+    np.testing.assert_allclose(scores, expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
