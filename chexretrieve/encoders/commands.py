@@ -14,7 +14,7 @@ encoders_app = typer.Typer(
 @encoders_app.command("check")
 def check_command(
     spec: str = typer.Argument(
-        ..., help="phantom[:WEIGHTS.pt], chexzero:CHECKPOINT.pt or hf-clip:DIR"
+        ..., help="Encoder spec, e.g. chexzero:CKPT.pt?tokenizer=BPE.txt.gz (see: encoders list)"
     ),
     tokenizer: Path | None = typer.Option(
         None, "--tokenizer", help="CheXzero BPE tokenizer (.txt.gz or vocab.json+merges folder)."
@@ -48,3 +48,20 @@ def check_command(
     table.add_row("image", f"ok, norm {float(np.linalg.norm(image[0])):.4f}")
     table.add_row("text", text_status)
     console.print(table)
+
+
+@encoders_app.command("list")
+def list_command() -> None:
+    """The encoder kinds a spec can name, with the spec's form."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from chexretrieve.encoders import list_encoders
+
+    table = Table()
+    table.add_column("kind", no_wrap=True)
+    table.add_column("spec", no_wrap=True)
+    table.add_column("loads")
+    for kind in list_encoders():
+        table.add_row(kind.name, kind.form, kind.summary)
+    Console().print(table)

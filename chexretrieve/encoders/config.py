@@ -15,7 +15,9 @@ class EncoderConfig:
     # run the forward pass under torch.autocast (float16) on CUDA; ignored on CPU
     use_autocast: bool = True
     # CheXzero's BPE tokenizer: an OpenAI bpe_simple_vocab_16e6.txt.gz file or a folder holding a
-    # Hugging Face CLIP tokenizer (vocab.json + merges.txt); Hugging Face folders bring their own
+    # Hugging Face CLIP tokenizer (vocab.json + merges.txt); a spec's ?tokenizer= comes first, then
+    # this, then $CHEXRETRIEVE_TOKENIZER, then the file beside the checkpoint (registry.
+    # resolve_tokenizer); Hugging Face folders bring their own
     tokenizer_path: Path | None = None
     # longest tokenised sentence, start and end tokens included; longer ones are cut (CLIP: 77)
     max_text_tokens: int = 77

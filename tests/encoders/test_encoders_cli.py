@@ -77,3 +77,11 @@ def test_the_root_group_turns_encoder_errors_into_exit_2() -> None:
     assert result.output.strip() == (
         "error: checkpoint x.pt is not a CLIP ViT state dict; pass a CheXzero .pt"
     )
+
+
+def test_list_shows_every_kind_and_its_spec() -> None:
+    result = CliRunner().invoke(app, ["encoders", "list"], terminal_width=250)
+    assert result.exit_code == 0, result.output
+    for form in ("chexzero:CHECKPOINT.pt[?tokenizer=BPE.txt.gz]", "hf-clip:FOLDER",
+                 "phantom[:WEIGHTS.pt]", "stand-in[:MS[:DIM]]"):  # fmt: skip
+        assert form in result.output
