@@ -330,9 +330,11 @@ def _newest(sets):
 
 def _open_store_and_encoder(db: str | None, encoder: str):
     from chexretrieve.encoders import load_encoder
-    from chexretrieve.store import open_store
+    from chexretrieve.store import StoreConfig, default_db_url, open_store
 
-    return open_store(db), load_encoder(encoder)
+    # embed and impact read an ingested archive: a missing SQLite file is an error, never created
+    existing_only = StoreConfig(url=default_db_url(), create_if_missing=False)
+    return open_store(db, existing_only), load_encoder(encoder)
 
 
 def _render_impact(report) -> None:

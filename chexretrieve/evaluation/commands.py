@@ -182,9 +182,16 @@ def retrieval_command(
     elif db:
         from chexretrieve.evaluation.sources import store_source
 
-        archive, views = store_source(
-            db, specs or ["phantom"], texts, encoder_config=encoder_config, cache_dir=cache_dir
-        )
+        try:
+            archive, views = store_source(
+                db, specs or ["phantom"], texts, encoder_config=encoder_config, cache_dir=cache_dir
+            )
+        except ValueError as exc:  # no such store, no such encoder: one line, exit 2
+            from rich.console import Console
+            from rich.markup import escape
+
+            Console(stderr=True).print(f"[red]error:[/red] {escape(str(exc))}")
+            raise typer.Exit(2) from None
         source, name = f"store {db}", "store"
         mixing = replace(mixing, nuisance_label=nuisance_label or "view_position")
     else:

@@ -297,11 +297,11 @@ def store_source(
 ) -> tuple[LabelledArchive, list[EncodedView]]:
     """Images embedded by every encoder (intersection), labels and splits from a store."""
     from chexretrieve.encoders import load_encoder
-    from chexretrieve.store import open_store
+    from chexretrieve.store import StoreConfig, open_store
 
     if not encoder_specs:
         raise ValueError("name the encoders whose embeddings to evaluate (--encoder SPEC)")
-    store = open_store(url)
+    store = open_store(config=StoreConfig(url=url, create_if_missing=False))  # read only
     try:
         encoders = [load_encoder(spec, config=encoder_config) for spec in encoder_specs]
         galleries = [store.gallery(e.encoder_id) for e in encoders]

@@ -210,3 +210,21 @@ def test_make_demo_passes_port():
     assert "-m chexretrieve demo --port 7999" in make.stdout
     plain = subprocess.run(["make", "-n", "demo"], cwd=REPO, capture_output=True, text=True)
     assert "-m chexretrieve demo" in plain.stdout and "--port" not in plain.stdout
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["anchors", "impact", "pleural_effusion.a@1", "pleural_effusion.b@1"],
+        ["anchors", "embed", "pleural_effusion.a@1"],
+        ["eval", "retrieval", "--quiet"],
+    ],
+    ids=["anchors impact", "anchors embed", "eval retrieval"],
+)
+def test_other_readers_of_a_store_never_create_one(command, tmp_path):
+    missing = tmp_path / "typo.sqlite"
+    done = _cli(*command, "--db", f"sqlite:///{missing}", cwd=tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "no chexretrieve store at" in " ".join(done.stderr.split())
+    assert "Traceback" not in done.stderr
+    assert not missing.exists()
