@@ -24,6 +24,7 @@ from sklearn.metrics import roc_auc_score
 from chexretrieve.encoders.base import Encoder
 from chexretrieve.findings import FINDINGS
 from chexretrieve.phantom.config import PhantomConfig
+from chexretrieve.phantom.splits import generator_fingerprint, split_indices
 
 #: the evaluation prompt pair ({} = the finding's name in lower case)
 EVALUATION_PROMPTS = ("{}", "no {}")
@@ -41,25 +42,6 @@ class FindingAuroc:
     negatives_labels: int  # cases labelled 0
     auroc_truth: float  # against the generator's truth over all cases; nan if one class
     positives_truth: int  # cases where the finding is truly present
-
-
-def split_indices(seed: int, split: str, count: int, config: PhantomConfig) -> list[int]:
-    """The first ``count`` case indices of the world ``seed`` whose patient is in ``split``."""
-    from chexretrieve.phantom.sampling import patient_of
-
-    if split not in ("train", "valid"):
-        raise ValueError(f"unknown split {split!r}; use 'train' or 'valid'")
-    if count < 1:
-        raise ValueError(f"the number of cases must be at least 1, got {count!r}")
-    if split == "valid" and config.valid_fraction <= 0:
-        raise ValueError("PhantomConfig.valid_fraction is 0, so the world has no validation split")
-    found: list[int] = []
-    index = 0
-    while len(found) < count:
-        if patient_of(seed, index, config).split == split:
-            found.append(index)
-        index += 1
-    return found
 
 
 def zero_shot_scores(encoder: Encoder, image_embeddings: np.ndarray) -> dict[str, np.ndarray]:
@@ -164,11 +146,11 @@ def auroc_table(results: Sequence[FindingAuroc]) -> str:
 
 def describe_encoder(encoder: Any) -> str:
     """One line naming the encoder and where its weights came from."""
-    from chexretrieve.encoders.phantom import DEFAULT_PHANTOM_WEIGHTS
+    from chexretrieve.encoders.phantom import BUNDLED_WEIGHTS_DIR
 
     source = getattr(encoder, "source", None)
-    if source is not None and Path(source).resolve() == DEFAULT_PHANTOM_WEIGHTS:
-        source = "the bundled chexretrieve/encoders/weights/phantom-v1.pt"
+    if source is not None and Path(source).resolve().parent == BUNDLED_WEIGHTS_DIR:
+        source = f"the bundled chexretrieve/encoders/weights/{Path(source).name}"
     return f"`{encoder.encoder_id}`" + (f" ({source})" if source else "")
 
 
@@ -208,7 +190,6 @@ def generator_status(provenance: dict[str, Any]) -> str:
     from dataclasses import fields
 
     from chexretrieve.phantom import generate_case
-    from chexretrieve.phantom.training import generator_fingerprint
 
     recorded = provenance.get("generator_fingerprint")
     world = provenance.get("generator", {})

@@ -107,7 +107,7 @@ def test_generator_status_tells_whether_the_training_phantoms_changed():
     from dataclasses import asdict
 
     from chexretrieve.phantom import generate_case
-    from chexretrieve.phantom.training import generator_fingerprint
+    from chexretrieve.phantom.splits import generator_fingerprint
     from chexretrieve.phantom.zero_shot import generator_status
 
     world = PhantomConfig(size=64, prevalence=2.0)
