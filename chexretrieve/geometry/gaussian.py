@@ -156,7 +156,7 @@ class LatentGeometry(QuadraticGeometry):
         anchors: np.ndarray,
         inv_temperature: float,
         prior: np.ndarray | None = None,
-        k: int | None = None,
+        k: int | str | None = None,
         explained_variance: float = 0.95,
         alpha: float = 50.0,
         epsilon: float = 1e-8,
@@ -165,13 +165,25 @@ class LatentGeometry(QuadraticGeometry):
     ):
         anchors = anchors.astype(np.float64)
         super().__init__(anchors.shape[1], inv_temperature, anchors)
-        if k is not None:
+        #: k = "variance": choose k by the explained_variance rule on the matrix that defines the
+        #: subspace (the anchor covariance, or the posterior Bingham matrix with a prior)
+        by_variance = k == "variance"
+        if by_variance:
+            k = None
+        elif k is not None:
             k = check_positive_int(k, "k")
         if prior is None:
             self.basis = self._fit_subspace(anchors, k, explained_variance)
         else:
             self.basis = self._fit_posterior_subspace(
-                anchors, prior.astype(np.float64), k, alpha, epsilon, beta, target_weight
+                anchors,
+                prior.astype(np.float64),
+                k,
+                alpha,
+                epsilon,
+                beta,
+                target_weight,
+                explained_variance if by_variance else None,
             )
         #: latent dimension
         self.k = self.basis.shape[1]
@@ -199,7 +211,9 @@ class LatentGeometry(QuadraticGeometry):
         self.explained = float(values[:k].sum() / values[:rank].sum())
         return vectors[:, :k].copy()
 
-    def _fit_posterior_subspace(self, targets, prior, k, alpha, epsilon, beta, weight):
+    def _fit_posterior_subspace(
+        self, targets, prior, k, alpha, epsilon, beta, weight, explained_variance=None
+    ):
         _need_distinct(prior, f"broad (prior) {self.kind}")
         alpha = check_positive_float(alpha, "alpha")
         epsilon = check_positive_float(epsilon, "epsilon")
@@ -210,7 +224,11 @@ class LatentGeometry(QuadraticGeometry):
             raise ValueError("the broad (prior) anchors are all identical; pass a broad anchor set")
         if k is None:
             k = min(POSTERIOR_LATENT_DIM, broad_rank)
-        broad_basis = vectors[:, : min(k, broad_rank)]
+        broad_k = min(k, broad_rank)
+        if explained_variance is not None:  # the prior's directions by the same rule
+            broad_share = np.cumsum(values[:broad_rank]) / values[:broad_rank].sum()
+            broad_k = int(np.searchsorted(broad_share, explained_variance - 1e-12) + 1)
+        broad_basis = vectors[:, :broad_k]
         _, target_scatter, count = mean_and_scatter(targets)
         if beta is None:
             beta = (weight * count / 2.0) * (1.0 / epsilon - 1.0 / (1.0 + epsilon))
@@ -220,6 +238,9 @@ class LatentGeometry(QuadraticGeometry):
         self.beta = beta
         a_post = alpha * broad_basis @ broad_basis.T + beta * (target_scatter / count)
         post_values, post_vectors, post_rank = spectrum(a_post)
+        if explained_variance is not None:
+            share = np.cumsum(post_values[:post_rank]) / post_values[:post_rank].sum()
+            k = int(np.searchsorted(share, explained_variance - 1e-12) + 1)
         if k > post_rank:
             raise ValueError(
                 f"k={k} exceeds the rank {post_rank} of the posterior Bingham matrix (broad rank "
