@@ -59,7 +59,19 @@ def retrieval_command(
     frontal_only: bool = typer.Option(False, "--frontal-only", help="Frontal images only."),
     query_resampling: str = typer.Option("shared", "--query-resampling", help="shared | per_cell"),
     experiments: str = typer.Option(
-        "mixing,budget,posterior,runtime", "--experiments", help="Comma list, or none."
+        "mixing,budget,posterior,temperature,runtime", "--experiments", help="Comma list, or none."
+    ),
+    inv_temperature: float | None = typer.Option(
+        None,
+        "--inv-temperature",
+        help="Inverse temperature of the anchor geometries (default: the encoder's own "
+        "exp(logit_scale); the paper uses 100).",
+    ),
+    temperatures: str | None = typer.Option(
+        None, "--temperatures", help="inv_t grid of the temperature figure, e.g. 1,10,100."
+    ),
+    validation_labels: str = typer.Option(
+        "truth", "--validation-labels", help="Phantom queries: truth | reported."
     ),
     mixing_findings: str | None = typer.Option(None, "--mixing-findings"),
     mixing_weights: str | None = typer.Option(None, "--mixing-weights", help="e.g. 0,0.5,1"),
@@ -123,9 +135,20 @@ def retrieval_command(
     intervals = C.IntervalConfig(
         n_bootstrap=bootstrap, seed=seed, query_resampling=query_resampling
     )
+    if inv_temperature is not None and inv_temperature <= 0:
+        raise typer.BadParameter(f"--inv-temperature must be positive, got {inv_temperature}")
     retrieval = C.RetrievalEvalConfig(
-        protocol=protocol, intervals=intervals, max_variants=max_variants
+        protocol=protocol,
+        intervals=intervals,
+        max_variants=max_variants,
+        inv_temperature=inv_temperature,
     )
+    temperature = C.TemperatureConfig()
+    if (t := float_items(temperatures, "--temperatures")) is not None:
+        try:
+            temperature = replace(temperature, inv_temperatures=t)
+        except ValueError as error:
+            raise typer.BadParameter(str(error)) from None
     if (f := finding_items(findings)) is not None:
         retrieval = replace(retrieval, findings=f)
     if (g := csv_items(geometries)) is not None:
@@ -197,19 +220,26 @@ def retrieval_command(
     else:
         from chexretrieve.evaluation.phantom_source import phantom_source
 
-        phantom = C.PhantomSourceConfig(
-            n_images=phantom_n, seed=phantom_seed, cache_dir=str(cache_dir)
-        )
-        archive, views = phantom_source(
-            phantom,
-            texts,
-            encoder_spec=(specs or ["phantom"])[0],
-            encoder_config=encoder_config,
-            show_progress=show,
-        )
+        try:
+            phantom = C.PhantomSourceConfig(
+                n_images=phantom_n,
+                seed=phantom_seed,
+                cache_dir=str(cache_dir),
+                validation_labels=validation_labels,
+            )
+            archive, views = phantom_source(
+                phantom,
+                texts,
+                encoder_spec=(specs or ["phantom"])[0],
+                encoder_config=encoder_config,
+                show_progress=show,
+            )
+        except ValueError as error:
+            raise typer.BadParameter(str(error)) from None
         source = (
             f"phantom world (SIMULATION), seed {phantom_seed}, {phantom_n} images, generated in "
-            "memory and embedded by the phantom encoder"
+            "memory and embedded by the phantom encoder; query (validation) labels: "
+            f"{validation_labels}"
         )
         name = "phantom"
         mixing = replace(mixing, nuisance_label=nuisance_label or "AP/PA")
@@ -220,6 +250,7 @@ def retrieval_command(
         budget=budget,
         posterior=posterior,
         runtime=runtime,
+        temperature=temperature,
         blas_threads=blas_threads or None,
     )
     _run_and_write(archive, views, plan, out, name, source, texts, console, show)

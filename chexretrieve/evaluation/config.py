@@ -158,6 +158,25 @@ class PosteriorConfig:
 
 
 @dataclass(frozen=True)
+class TemperatureConfig:
+    """Mean AUPRC of each geometry against the inverse temperature (and inv_t x cosine spread)."""
+
+    # inverse temperatures evaluated (the encoder's own exp(logit_scale) is always added)
+    inv_temperatures: tuple[float, ...] = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0)
+    # geometries compared; cosine, ITI, Gaussian and the latent models do not depend on inv_t
+    # (GMM and MovMF do, but refitting them at every inv_t costs minutes per point)
+    geometries: tuple[str, ...] = ("cosine", "iti", "softmax", "gaussian")
+    # anchor variants per finding used (None: all; each is one cell of the intervals)
+    max_variants: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.inv_temperatures or min(self.inv_temperatures) <= 0:
+            raise ValueError(
+                "TemperatureConfig.inv_temperatures must be a non-empty list of positive numbers"
+            )
+
+
+@dataclass(frozen=True)
 class RuntimeConfig:
     """Experiment (d), paper Table 4: fit + features + top-k retrieval time vs number of anchors."""
 
@@ -207,6 +226,15 @@ class PhantomSourceConfig:
     cache_dir: str | None = None
     # processes generating phantom cases while the main process embeds them
     workers: int = 2
+    # labels of the validation split (the queries): "truth" (the true 0/1 labels, as the archive's
+    # valid.csv and CheXpert's radiologist-labelled validation set) or "reported" (report-derived)
+    validation_labels: str = "truth"
+
+    def __post_init__(self) -> None:
+        if self.validation_labels not in ("truth", "reported"):
+            raise ValueError(
+                f"validation_labels must be 'truth' or 'reported', got {self.validation_labels!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -247,7 +275,7 @@ class NaturalImageConfig:
     batch_size: int = 32
 
 
-EXPERIMENTS: tuple[str, ...] = ("mixing", "budget", "posterior", "runtime")
+EXPERIMENTS: tuple[str, ...] = ("mixing", "budget", "posterior", "temperature", "runtime")
 
 
 @dataclass(frozen=True)
@@ -266,6 +294,8 @@ class EvaluationPlan:
     posterior: PosteriorConfig = field(default_factory=PosteriorConfig)
     # experiment (d): runtime (independent of the data: random embeddings)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+    # AUPRC against the inverse temperature (the temperature figure)
+    temperature: TemperatureConfig = field(default_factory=TemperatureConfig)
     # BLAS threads while fitting and scoring the tables and curves (many small matrices: one thread
     # avoids oversubscription; None leaves the library default); the runtime experiment is untouched
     blas_threads: int | None = 1

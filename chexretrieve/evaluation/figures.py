@@ -163,3 +163,34 @@ def runtime_curves(frame: pd.DataFrame, title: str):
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
     return fig
+
+
+def temperature_curves(frame: pd.DataFrame, title: str):
+    """Mean AUPRC per geometry vs inv_t (left) and vs inv_t x cosine spread (right), with bands;
+    the encoder's own inv_t as a solid and the paper's 100 as a dashed vertical line."""
+    fig, axes = plt.subplots(1, 2, figsize=(11.5, 4.2), sharey=True)
+    own = frame.attrs.get("encoder_inv_temperatures", [])
+    spread = float(frame["spread"].iloc[0])
+    for ax, x, xlabel in (
+        (axes[0], "inv_temperature", "inverse temperature inv_t"),
+        (axes[1], "sharpness", f"inv_t x spread of image-anchor cosines ({spread:.3f})"),
+    ):
+        for geometry, part in frame.groupby("geometry", sort=False):
+            part = part.sort_values(x)
+            ax.plot(
+                part[x], part["mean"], marker="o", ms=3, color=colour(geometry),
+                label=label(geometry),
+            )  # fmt: skip
+            ax.fill_between(part[x], part["low"], part["high"], color=colour(geometry), alpha=0.1)
+        scale = 1.0 if x == "inv_temperature" else spread
+        for value in own:
+            ax.axvline(value * scale, color="black", lw=0.9)
+        ax.axvline(100.0 * scale, color="black", lw=0.9, ls="--")
+        ax.set_xscale("log")
+        ax.set_xlabel(xlabel)
+        ax.grid(alpha=0.3, which="both")
+    axes[0].set_ylabel("AUPRC (mean over findings)")
+    axes[0].legend(fontsize=8, ncol=2)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig

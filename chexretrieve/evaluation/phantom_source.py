@@ -2,10 +2,17 @@
 
 Cases ``0..n-1`` of world ``seed`` are drawn by ``chexretrieve.phantom.generate_case`` (the cases
 ``chexretrieve phantom make --n N --seed S`` writes as DICOM) in worker processes, and embedded by
-the phantom encoder in the main process. Labels are the cases' CheXpert-style *reported* labels
-(1, 0, -1, blank), the split is the generator's patient-level split, and ``AP/PA``, ``Sex`` and
-``Age`` are kept as nuisance coordinates; ``truth: <finding>`` columns hold the true presence.
-Labels and embeddings are cached per (encoder, seed, n, config).
+the phantom encoder in the main process. Labels follow the archive ``phantom make`` writes, which
+follows CheXpert: training-split images carry the CheXpert-style *reported* labels (1, 0, -1, blank,
+from the synthetic report), validation-split images their TRUE 0/1 labels (``valid.csv``, the way
+CheXpert's validation set is radiologist-labelled), so queries and their relevance come from the
+truth (``validation_labels="reported"`` keeps the report labels there too). The split is the
+generator's patient-level split; ``AP/PA``, ``Sex`` and ``Age`` are kept as nuisance coordinates;
+``truth: <finding>`` columns hold the true presence of every image. Labels and embeddings are cached
+per (encoder, seed, n, labels, config).
+
+The gallery must be images the encoder never saw: a phantom encoder whose weights record the same
+world seed as the evaluation's is refused (:func:`check_disjoint_world`).
 
 SIMULATION: figures measured on phantoms say nothing about clinical performance.
 """
@@ -30,18 +37,25 @@ from chexretrieve.findings import FINDINGS
 _CHUNK = 32
 
 
-def _generate_chunk(seed: int, indices: Sequence[int]) -> tuple[list[np.ndarray], list[dict]]:
+def _generate_chunk(
+    seed: int, indices: Sequence[int], validation_labels: str = "truth"
+) -> tuple[list[np.ndarray], list[dict]]:
     from chexretrieve.phantom import PhantomConfig, generate_case
 
     images, rows = [], []
     for index in indices:
         case = generate_case(seed, index, PhantomConfig())
         images.append(case.image)
+        split = case.metadata["split"]
+        if split == "valid" and validation_labels == "truth":
+            labels = {f: float(bool(case.truth.get(f, False))) for f in FINDINGS}
+        else:
+            labels = {f: case.labels.get(f, np.nan) for f in FINDINGS}
         rows.append(
             {
                 "image_id": f"phantom-{seed}-{index:06d}",
-                "split": case.metadata["split"],
-                **{f: case.labels.get(f, np.nan) for f in FINDINGS},
+                "split": split,
+                **labels,
                 "AP/PA": case.metadata["view"],
                 "Sex": case.metadata["sex"],
                 "Age": case.metadata["age"],
@@ -66,12 +80,18 @@ def phantom_source(
     if config.n_images < 2:
         raise ValueError(f"the phantom source needs at least 2 images, got {config.n_images}")
     encoder = load_encoder(encoder_spec, config=encoder_config)
+    check_disjoint_world(encoder, config.seed)
     folder = cache_folder("eval") if config.cache_dir is None else config.cache_dir
     cache = EmbeddingCache(Path(folder) if folder else None)
     key = EmbeddingCache.key(
         encoder.encoder_id,
         "phantom",
-        [str(config.seed), str(config.n_images), repr(PhantomConfig())],
+        [
+            str(config.seed),
+            str(config.n_images),
+            f"validation labels: {config.validation_labels}",
+            repr(PhantomConfig()),
+        ],
     )
     labels_path = Path(folder) / f"{key}.csv" if folder else None
     embeddings = cache.get(key)
@@ -91,6 +111,27 @@ def phantom_source(
     return archive, [view]
 
 
+def encoder_training_seed(encoder) -> int | None:
+    """The phantom world seed an encoder was trained on (from its weights' provenance), or None."""
+    generator = (getattr(encoder, "provenance", None) or {}).get("generator", {})
+    seed = generator.get("seed") if isinstance(generator, dict) else None
+    return int(seed) if seed is not None else None
+
+
+def check_disjoint_world(encoder, seed: int) -> None:
+    """Refuse to evaluate on the world an encoder was trained on (its gallery would be the
+    encoder's own training images)."""
+    trained = encoder_training_seed(encoder)
+    if trained is not None and trained == seed:
+        raise ValueError(
+            f"the encoder {encoder.encoder_id} was trained on phantom world seed {trained}, the "
+            f"same world as this evaluation (--phantom-seed {seed}): its gallery would be the "
+            "encoder's training images. Evaluate on another world seed (e.g. --phantom-seed "
+            f"{0 if trained != 0 else 1}) or train the encoder on another seed "
+            "(chexretrieve phantom train --seed ...)"
+        )
+
+
 def _generate_and_embed(config: PhantomSourceConfig, encoder, show_progress: bool):
     chunks = [
         list(range(start, min(start + _CHUNK, config.n_images)))
@@ -101,14 +142,19 @@ def _generate_and_embed(config: PhantomSourceConfig, encoder, show_progress: boo
         bar = progress.add_task("phantom world: generate + embed", total=config.n_images)
         if config.workers > 1:
             with ProcessPoolExecutor(max_workers=config.workers) as pool:
-                results = pool.map(_generate_chunk, [config.seed] * len(chunks), chunks)
+                results = pool.map(
+                    _generate_chunk,
+                    [config.seed] * len(chunks),
+                    chunks,
+                    [config.validation_labels] * len(chunks),
+                )
                 for images, chunk_rows in results:
                     parts.append(np.asarray(encoder.embed_images(images), dtype=np.float32))
                     rows += chunk_rows
                     progress.advance(bar, len(images))
         else:
             for chunk in chunks:
-                images, chunk_rows = _generate_chunk(config.seed, chunk)
+                images, chunk_rows = _generate_chunk(config.seed, chunk, config.validation_labels)
                 parts.append(np.asarray(encoder.embed_images(images), dtype=np.float32))
                 rows += chunk_rows
                 progress.advance(bar, len(images))

@@ -26,6 +26,11 @@ from chexretrieve.evaluation.summaries import (
     table2_pairs,
     table3_pairs,
 )
+from chexretrieve.evaluation.temperature import (
+    posterior_subspaces,
+    temperature_experiment,
+    variant_spread,
+)
 
 
 def evaluate(
@@ -97,6 +102,21 @@ def _tables_and_curves(
             report.posterior = posterior_experiment(
                 archive, views, plan.posterior, protocol, intervals, findings, **common
             )
+            report.extra_tables.update(posterior_subspace_table(views, plan, findings, config))
+        elif name == "temperature":
+            report.temperature = temperature_experiment(
+                archive,
+                views,
+                plan.temperature,
+                protocol,
+                intervals,
+                findings,
+                max_block_elements=config.max_block_elements,
+                fitter=fitter,
+                show_progress=show_progress,
+            )
+    report.notes.insert(0, temperature_note(views, config.inv_temperature))
+    report.extra_tables.update(diagnostic_tables(archive, run))
     for name, frame in (
         ("Anchor budget", report.budget),
         ("Posterior adaptation", report.posterior),
@@ -124,3 +144,65 @@ def experiment_blocker(
     if name == "posterior" and any(v.anchors.broad is None for v in views):
         return "no broad anchor corpus (anchors/broad/...) to use as prior"
     return None
+
+
+def temperature_note(views: Sequence[EncodedView], inv_temperature: float | None) -> str:
+    """One line saying which inverse temperature the anchor geometries used."""
+    own = ", ".join(f"{v.inv_temperature:.1f} ({v.encoder_id})" for v in views)
+    if inv_temperature is None:
+        return (
+            "Inverse temperature of the anchor geometries: each encoder's own exp(logit_scale): "
+            f"{own}."
+        )
+    return (
+        f"Inverse temperature of the anchor geometries: {inv_temperature:g}, set by "
+        f"--inv-temperature (the paper's default is 100); the encoders' own: {own}."
+    )
+
+
+def diagnostic_tables(archive: LabelledArchive, run) -> dict:
+    """Per-variant spread of softmax - cosine, and how each finding goes with the projection."""
+    import pandas as pd
+
+    tables: dict[str, pd.DataFrame] = {}
+    geometries = set(run.per_query["geometry"])
+    if {"softmax", "cosine"} <= geometries:
+        spread = variant_spread(run.per_query, "softmax", "cosine")
+        if not spread.empty:
+            tables["Softmax - cosine per anchor variant"] = spread.round(4)
+    labels = archive.labels
+    if "AP/PA" in labels.columns and any(c.startswith("truth: ") for c in labels.columns):
+        rows = []
+        view = labels["AP/PA"].astype(str)
+        for column in [c for c in labels.columns if c.startswith("truth: ")]:
+            present = labels[column].astype(float)
+            rows.append(
+                {
+                    "finding": column.removeprefix("truth: "),
+                    **{
+                        f"truly present, {v}": round(float(present[view == v].mean()), 3)
+                        for v in sorted(view.unique())
+                    },
+                }
+            )
+        tables["Findings by projection (truth)"] = pd.DataFrame(rows).set_index("finding")
+    return tables
+
+
+def posterior_subspace_table(views, plan: EvaluationPlan, findings, config) -> dict:
+    """The posterior latent subspace (95%-variance rule) against the targets' own PCA."""
+    from chexretrieve.evaluation.experiments import _curve_findings
+
+    if any(v.anchors.broad is None for v in views):
+        return {}
+    chosen = _curve_findings(plan.posterior, findings)
+    inv_t = float(config.inv_temperature or views[0].inv_temperature)
+    frame = posterior_subspaces(
+        views,
+        chosen,
+        plan.posterior.target_counts,
+        plan.posterior.repeats,
+        plan.posterior.seed,
+        inv_temperature=inv_t,
+    )
+    return {"Posterior latent subspace (k by the 95% rule)": frame.round(4).set_index("n_targets")}

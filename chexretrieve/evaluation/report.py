@@ -4,7 +4,7 @@ Layout of ``OUT/``::
 
     report.md  report.html  manifest.json
     tables/    data.csv  auprc.csv  differences.csv  table2.csv  table3.csv  auprc_wide.csv
-               mixing.csv  budget.csv  posterior.csv  runtime.csv  (those that were run)
+               mixing.csv  budget.csv  posterior.csv  temperature.csv  runtime.csv  (those run)
     per_query_ap.csv.gz     every (finding, checkpoint, variant, geometry, query) AP
     figures/   *.png        (also embedded in report.html as base64)
 """
@@ -58,6 +58,7 @@ class EvaluationReport:
     mixing: pd.DataFrame | None = None
     budget: pd.DataFrame | None = None
     posterior: pd.DataFrame | None = None
+    temperature: pd.DataFrame | None = None  # temperature.temperature_experiment
     runtime: pd.DataFrame | None = None
     settings: dict[str, Any] = field(default_factory=dict)  # config dataclasses, for the manifest
     notes: list[str] = field(default_factory=list)  # extra paragraphs (e.g. natural-image protocol)
@@ -140,6 +141,14 @@ def _figures(report: EvaluationReport, folder: Path) -> list[tuple[str, str, byt
                 xlabel="number of target anchors",
             ),
         )
+    if report.temperature is not None and not report.temperature.empty:
+        add(
+            "fig_temperature.png",
+            "Mean AUPRC of each geometry against the inverse temperature inv_t (left) and "
+            "against inv_t x the spread of image-anchor cosines (right); the vertical lines mark "
+            "the encoder's own inv_t (solid) and the paper's 100 (dashed).",
+            F.temperature_curves(report.temperature, "Inverse temperature"),
+        )
     if report.runtime is not None and not report.runtime.empty:
         r = report.runtime.iloc[0]
         add(
@@ -210,6 +219,14 @@ def _sections(report: EvaluationReport) -> list[tuple[str, str, Any]]:
                 _curve_markdown(report.posterior, "n_anchors"),
             )
         )
+    if report.temperature is not None and not report.temperature.empty:
+        t = report.temperature.assign(cell=[f"{v:.3f}" for v in report.temperature["mean"]])
+        wide = t.pivot_table(
+            index=["inv_temperature", "sharpness"], columns="geometry", values="cell",
+            aggfunc="first",
+        )  # fmt: skip
+        wide.index = [f"{a:g} (x spread = {b:.2f})" for a, b in wide.index]
+        s.append(("Inverse temperature: mean AUPRC", "frame", wide.rename_axis("inv_t")))
     if report.runtime is not None and not report.runtime.empty:
         t4 = runtime_table(report.runtime).map(lambda v: f"{v:.3f}")
         s.append(("Table 4: seconds vs number of anchors", "frame", t4))
@@ -326,6 +343,7 @@ def write_report(report: EvaluationReport, out_dir: str | Path) -> dict[str, Pat
         "mixing": report.mixing,
         "budget": report.budget,
         "posterior": report.posterior,
+        "temperature": report.temperature,
         "runtime": report.runtime,
     }
     for name, frame in frames.items():
