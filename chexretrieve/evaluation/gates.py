@@ -197,18 +197,33 @@ def gates_markdown(gates: Gates) -> str:
         "geometries (keys = training split, queries = validation images truly positive):",
         "",
     ]
-    table = gates.zero_shot.join(gates.direction_ap).join(gates.image_ap, rsuffix=" (image)")
+    zero_shot = gates.zero_shot.rename(
+        columns={"auroc_truth": "zero-shot AUROC", "positives": "truly present"}
+    )
+    directions = gates.direction_ap.rename(columns=lambda c: f"direction {c} AP")
+    images = gates.image_ap.rename(columns=lambda c: f"{c} AP")
+    table = zero_shot.join(directions).join(images)
     header = ["finding", *map(str, table.columns)]
     lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+
+    def cell(column: str, value) -> str:
+        if column == "truly present":
+            return str(int(value))
+        return "n/a" if pd.isna(value) else f"{float(value):.3f}"
+
     for finding, row in table.iterrows():
-        cells = [f"{v:.3f}" if isinstance(v, float) and not np.isnan(v) else str(v) for v in row]
-        lines.append(f"| {finding} | " + " | ".join(cells) + " |")
+        lines.append(f"| {finding} | " + " | ".join(cell(c, row[c]) for c in table.columns) + " |")
     means = table.mean(numeric_only=True)
     lines.append(
         "| **mean** | "
-        + " | ".join("" if c == "positives" else f"**{means[c]:.3f}**" for c in table.columns)
+        + " | ".join("" if c == "truly present" else f"**{means[c]:.3f}**" for c in table.columns)
         + " |"
     )
+    lines += [
+        "",
+        "n/a: the finding has no truly positive validation query or no positive key in this world "
+        "(its AUROC still uses every image).",
+    ]
     return "\n".join(lines) + "\n"
 
 
