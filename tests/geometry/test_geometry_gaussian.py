@@ -167,6 +167,30 @@ def test_posterior_bingham_matrix_is_prior_plus_scaled_target_covariance():
     )
 
 
+def test_posterior_k_by_the_variance_rule_on_the_bingham_matrix():
+    """k="variance": the prior's directions explain 95% of the broad covariance, k explains 95% of
+    the posterior Bingham matrix, both computed here with numpy from the formulas."""
+    rng = np.random.default_rng(29)
+    dim = 10
+    broad, targets = clustered_unit_rows(rng, 200, dim, 4, 0.4), unit_rows(rng, 6, dim)
+    geom = fit_geometry("latent_gaussian", targets, prior=broad, k="variance", beta=0.5)
+
+    def rule(matrix):
+        values, vectors = np.linalg.eigh(matrix)
+        values, vectors = values[::-1], vectors[:, ::-1]
+        share = np.cumsum(values) / values.sum()
+        return int(np.argmax(share >= 0.95 - 1e-12) + 1), vectors
+
+    broad_k, broad_vectors = rule(np.cov(broad.T, bias=True))
+    u_broad = broad_vectors[:, :broad_k]
+    k, post_vectors = rule(50.0 * u_broad @ u_broad.T + 0.5 * np.cov(targets.T, bias=True))
+    assert geom.k == k < dim
+    np.testing.assert_allclose(projector(geom.basis), projector(post_vectors[:, :k]), atol=1e-8)
+    # without a prior, k="variance" is the target-only models' default rule
+    plain = fit_geometry("latent_gaussian", targets, k="variance")
+    assert plain.k == fit_geometry("latent_gaussian", targets).k
+
+
 def test_latent_spherical_refuses_an_image_orthogonal_to_the_subspace():
     anchors = np.array([[1.0, 0, 0], [0.8, 0.6, 0], [0.6, 0.8, 0], [0, 1.0, 0]])
     geom = fit_geometry("latent_spherical", anchors, k=1)
