@@ -17,7 +17,7 @@ exec "${PYTHON:-.venv/bin/python}" -m chexretrieve eval retrieval \
     --phantom-n 3000 --phantom-seed 0 \
     --bootstrap 1000 --seed 0 \
     --geometries "cosine,iti,softmax,gaussian,latent_gaussian,latent_spherical,gmm,movmf,posterior_gaussian,posterior_latent_gaussian:k=32,posterior_latent_spherical:k=32,posterior_gmm" \
-    --experiments mixing,budget,posterior,temperature,runtime \
+    --experiments mixing,budget,posterior,temperature \
     --mixing-findings "pleural effusion,cardiomegaly,support devices" \
     --posterior-geometries "posterior_gaussian,posterior_latent_spherical:k=32,posterior_latent_spherical:k=variance,posterior_gmm" \
     --quiet
