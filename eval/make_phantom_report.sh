@@ -10,6 +10,8 @@
 # which makes those geometries rank exactly like cosine; k = 32 keeps the paper's ratio k = d/4.
 # Fig. 5 also shows the posterior latent spherical model with k chosen by the 95%-variance rule on
 # the posterior (k=variance), and the report tabulates that k and its overlap with the target PCA.
+# Table 4 (runtime) is left out: it times random embeddings, does not depend on the phantom world or
+# the encoder, and is measured by benchmarks/eval_runtime.py (figures in the README).
 set -eu
 OUT="${1:-eval/reports/phantom-$(date +%F)}"
 exec "${PYTHON:-.venv/bin/python}" -m chexretrieve eval retrieval \
