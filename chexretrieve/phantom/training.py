@@ -8,9 +8,10 @@ the image CNN and the text projection with
   whole report (probability ``report_probability``) or one of its sentences; a sentence that is true
   of several images in the batch (the same "No pneumothorax." in two reports) counts as a positive
   for all of them instead of a false negative;
-* a finding-prompt loss: for every image and every finding, a two-way softmax over a positive and a
-  negative prompt ("there is {}" / "there is no {}" and similar) against the generator's truth.
-  The evaluation pair ("{}", "no {}") is deliberately not among the training prompts.
+* only when ``prompt_loss_weight`` > 0 (an experiment; the default is 0, report text alone, as
+  CheXzero was trained): a finding-prompt loss, for every image and every finding a two-way
+  softmax over a positive and a negative prompt ("there is {}" / "there is no {}" and similar)
+  against the generator's truth. The evaluation pair ("{}", "no {}") is never among them.
 
 Everything is seeded: the same configuration on the same machine and thread count gives the same
 weights.
@@ -18,7 +19,6 @@ weights.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -41,6 +41,7 @@ from chexretrieve.encoders.phantom_model import (
 )
 from chexretrieve.findings import FINDINGS
 from chexretrieve.phantom.config import PhantomConfig, PhantomTrainingConfig
+from chexretrieve.phantom.splits import generator_fingerprint, split_indices
 
 #: prompt pairs of the finding-prompt loss ({} = the finding's name in lower case)
 TRAINING_PROMPT_PAIRS: tuple[tuple[str, str], ...] = (
@@ -103,8 +104,6 @@ def draw_training_cases(
     With ``config.threads`` > 1 the cases are drawn by that many forked worker processes (numpy
     only); the order, and so the result, does not depend on the number of workers.
     """
-    from chexretrieve.phantom.zero_shot import split_indices
-
     world = phantom_world_config(config)
     indices = split_indices(config.seed, "train", config.n_images, world)
     jobs = [(generate, config.seed, index, world) for index in indices]
@@ -209,6 +208,27 @@ def prompt_pair_loss(
     return F.binary_cross_entropy_with_logits(margin, truth)
 
 
+def training_loss(
+    image_embeddings: torch.Tensor,
+    texts: torch.Tensor,
+    positives: torch.Tensor,
+    logit_scale: torch.Tensor,
+    prompt_loss_weight: float,
+    prompts: torch.Tensor | None,
+    truth: torch.Tensor,
+) -> torch.Tensor:
+    """One step's loss: the report CLIP loss, plus the finding-prompt loss only when its weight is
+    positive (``prompts``: (2, findings, d) unit positive/negative prompts; unused at weight 0, so
+    the default training never sees a finding prompt nor the generator's truth)."""
+    loss = multi_positive_clip_loss(image_embeddings, texts, positives, logit_scale)
+    if prompt_loss_weight > 0:
+        if prompts is None:
+            raise ValueError("a positive prompt_loss_weight needs the prompt embeddings")
+        pair_loss = prompt_pair_loss(image_embeddings, prompts[0], prompts[1], truth, logit_scale)
+        loss = loss + prompt_loss_weight * pair_loss
+    return loss
+
+
 def augment_images(images: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """Small random shifts, zooms and rotations plus grey-level gamma and contrast jitter."""
     n = images.shape[0]
@@ -298,20 +318,25 @@ def train_on_set(
         pixels = pixels.contiguous(memory_format=torch.channels_last)
         chosen = choose_texts(data.text_ids[rows], config.report_probability, sampler)
         positives = positives_for(data.text_ids[rows], chosen).to(device)
+        # drawn even when the prompt loss is off, so the batches do not depend on its weight
         pair = int(torch.randint(len(TRAINING_PROMPT_PAIRS), (1,), generator=sampler))
         for group in optimizer.param_groups:
             group["lr"] = learning_rate_at(step, config)
 
         image_embeddings = F.normalize(image_tower(pixels), dim=-1)
-        prompts = F.normalize(projection(prompt_embeddings[pair]), dim=-1)
         texts = F.normalize(projection(text_embeddings[chosen.to(device)]), dim=-1)
-        loss = multi_positive_clip_loss(image_embeddings, texts, positives, logit_scale)
+        prompts = None
         if config.prompt_loss_weight > 0:
-            truth = data.truth[rows].to(device)
-            pair_loss = prompt_pair_loss(
-                image_embeddings, prompts[0], prompts[1], truth, logit_scale
-            )
-            loss = loss + config.prompt_loss_weight * pair_loss
+            prompts = F.normalize(projection(prompt_embeddings[pair]), dim=-1)
+        loss = training_loss(
+            image_embeddings,
+            texts,
+            positives,
+            logit_scale,
+            config.prompt_loss_weight,
+            prompts,
+            data.truth[rows].to(device),
+        )
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -385,6 +410,7 @@ def train_phantom_encoder(
         "final_loss": float(np.mean(losses[-20:])) if losses else float("nan"),
         "device": device.type,
         "torch": str(torch.__version__),
+        # the pairs the prompt loss draws from; used only when training.prompt_loss_weight > 0
         "training_prompts": [list(pair) for pair in TRAINING_PROMPT_PAIRS],
     }
     sha = save_phantom_weights(
@@ -409,12 +435,3 @@ def training_record(config: PhantomTrainingConfig) -> dict[str, Any]:
         key: list(value) if isinstance(value, tuple) else value
         for key, value in asdict(config).items()
     }
-
-
-def generator_fingerprint(cases: Sequence[Any], count: int = 8) -> str:
-    """Short sha256 of the first cases' pixels and reports: it changes when the generator does."""
-    digest = hashlib.sha256()
-    for case in cases[:count]:
-        digest.update(np.ascontiguousarray(case.image, dtype=np.float32).tobytes())
-        digest.update(case.report.encode("utf-8"))
-    return digest.hexdigest()[:16]

@@ -16,6 +16,7 @@ from chexretrieve.phantom.training import (
     multi_positive_clip_loss,
     positives_for,
     prompt_pair_loss,
+    training_loss,
 )
 
 
@@ -128,3 +129,27 @@ def test_augmentation_keeps_range_shape_and_is_seeded():
 def test_bad_training_settings_are_refused(changes, message):
     with pytest.raises(ValueError, match=message):
         PhantomTrainingConfig(**changes)
+
+
+def test_default_training_loss_has_no_finding_prompt_term():
+    """Weight 0 (the default): the loss is the report CLIP loss alone; neither the prompts nor the
+    generator's truth enter it, so no gradient reaches them."""
+    assert PhantomTrainingConfig().prompt_loss_weight == 0.0
+    images, texts = _unit(6, 8, 7).requires_grad_(True), _unit(6, 8, 8)
+    positives = torch.eye(6, dtype=torch.bool)
+    scale = torch.tensor(math.log(10.0))
+    prompts = _unit(2 * 3, 8, 9).reshape(2, 3, 8).requires_grad_(True)
+    truth = torch.tensor([[1.0, 0.0, 1.0]] * 6)
+    loss = training_loss(images, texts, positives, scale, 0.0, prompts, truth)
+    clip = multi_positive_clip_loss(images, texts, positives, scale)
+    assert float(loss.detach()) == float(clip)
+    loss.backward()
+    assert prompts.grad is None and images.grad is not None
+    assert training_loss(images, texts, positives, scale, 0.0, None, 1 - truth) == loss
+    # with a positive weight the prompt term is there (the test above could not fail otherwise)
+    images = images.detach()
+    with_prompts = training_loss(images, texts, positives, scale, 0.5, prompts, truth)
+    expected = clip + 0.5 * prompt_pair_loss(images, prompts[0], prompts[1], truth, scale)
+    assert float(with_prompts) == pytest.approx(float(expected), rel=1e-6)
+    with_prompts.backward()
+    assert prompts.grad is not None and float(prompts.grad.abs().sum()) > 0
