@@ -98,7 +98,11 @@ from chexretrieve.ingest.commands import ingest_command  # noqa: E402
 
 app.command("ingest")(ingest_command)
 
+from chexretrieve.evaluation.phantom_commands import gates_command, train_command  # noqa: E402
 from chexretrieve.phantom.commands import phantom_app  # noqa: E402
+
+phantom_app.command("train")(train_command)
+phantom_app.command("gates")(gates_command)
 
 app.add_typer(phantom_app, name="phantom")
 

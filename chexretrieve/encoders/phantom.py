@@ -4,7 +4,8 @@ against the frozen all-MiniLM-L6-v2 text tower.
 It is a simulation model. It has only ever seen procedurally generated phantoms, so its embeddings
 mean nothing for real radiographs; it exists so the pipeline runs end to end offline.
 
-    encoder = load_phantom_encoder(None)            # the bundled weights
+    encoder = load_phantom_encoder(None)            # the bundled default weights (phantom-v2)
+    encoder = load_phantom_encoder("phantom-v1")    # older bundled weights, by name or by id hash
     encoder = load_phantom_encoder("my-run.pt")     # weights from `chexretrieve phantom train`
 """
 
@@ -38,8 +39,16 @@ from chexretrieve.encoders.phantom_model import (
     read_phantom_weights,
 )
 
-#: the weights bundled with the package and used when no path is given
-DEFAULT_PHANTOM_WEIGHTS = Path(__file__).resolve().parent / "weights" / "phantom-v1.pt"
+#: folder of the weights bundled with the package
+BUNDLED_WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
+#: bundled weights by name: v1 (trained with a finding-prompt loss on world 0; kept so stores
+#: embedded with it still load) and v2 (report text only, world 1; the default)
+BUNDLED_PHANTOM_WEIGHTS = {
+    "phantom-v1": BUNDLED_WEIGHTS_DIR / "phantom-v1.pt",
+    "phantom-v2": BUNDLED_WEIGHTS_DIR / "phantom-v2.pt",
+}
+#: the weights used when no path is given
+DEFAULT_PHANTOM_WEIGHTS = BUNDLED_PHANTOM_WEIGHTS["phantom-v2"]
 
 #: (texts) -> (n, 384) unit MiniLM sentence embeddings; replaceable in tests
 SentenceEncoder = Callable[[Sequence[str]], torch.Tensor]
@@ -140,13 +149,35 @@ class PhantomEncoder:
         return self._sentence_encoder
 
 
+def bundled_weights(name: str) -> Path | None:
+    """The bundled weights file a name stands for: "phantom-v1", "phantom-v2", or the short hash
+    of an encoder id ("485f39c445ab" of ``phantom:485f39c445ab``); None if it names none."""
+    import hashlib
+
+    name = str(name).strip()
+    if name in BUNDLED_PHANTOM_WEIGHTS:
+        return BUNDLED_PHANTOM_WEIGHTS[name]
+    if len(name) < SHORT_HASH_LENGTH or any(c not in "0123456789abcdef" for c in name):
+        return None
+    for path in BUNDLED_PHANTOM_WEIGHTS.values():
+        if path.is_file() and hashlib.sha256(path.read_bytes()).hexdigest().startswith(name):
+            return path
+    return None
+
+
 def load_phantom_encoder(
     path: str | Path | None = None,
     config: EncoderConfig | None = None,
     sentence_encoder: SentenceEncoder | None = None,
 ) -> PhantomEncoder:
-    """The phantom encoder from a weights file; ``None`` means the bundled default weights."""
-    source = DEFAULT_PHANTOM_WEIGHTS if path is None else Path(path)
+    """The phantom encoder from a weights file; ``None`` means the bundled default weights, and a
+    bundled name or id ("phantom-v1", "485f39c445ab") that bundled file when no such file exists."""
+    if path is None:
+        source = DEFAULT_PHANTOM_WEIGHTS
+    else:
+        source = Path(path)
+        if not source.exists():
+            source = bundled_weights(str(path)) or source
     record, digest = read_phantom_weights(source)
     image_tower, projection = load_towers(record, source)
     return PhantomEncoder(

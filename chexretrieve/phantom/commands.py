@@ -1,5 +1,5 @@
-"""`chexretrieve phantom ...`: the phantom world's command group (make, sheet; train lives in the
-encoder's module and is added to the same group)."""
+"""`chexretrieve phantom ...`: the phantom world's command group (make, sheet, zero-shot; train and
+gates are added by chexretrieve.cli from chexretrieve.evaluation.phantom_commands)."""
 
 from __future__ import annotations
 
@@ -68,8 +68,8 @@ def sheet_command(
     typer.echo(f"wrote {out}")
 
 
-# the phantom encoder's training and evaluation commands live beside the training code
-from chexretrieve.phantom.training_commands import train_command, zero_shot_command  # noqa: E402
+# the phantom encoder's zero-shot table lives beside its code; `train` and `gates` measure the
+# evaluation gates, so chexretrieve.cli adds them from chexretrieve.evaluation.phantom_commands
+from chexretrieve.phantom.zero_shot_commands import zero_shot_command  # noqa: E402
 
-phantom_app.command("train")(train_command)
 phantom_app.command("zero-shot")(zero_shot_command)

@@ -42,3 +42,27 @@ def test_zero_shot_refuses_bad_settings(tmp_path):
     assert code == 2 and "size 8 is out of range" in output
     code, output = _run("phantom", "zero-shot", "--out", str(tmp_path / "t.txt"))
     assert code == 2 and "ending in .md" in output
+
+
+def test_train_refuses_to_measure_gates_on_its_training_world(tmp_path):
+    code, output = _run("phantom", "train", "--out", str(tmp_path / "w.pt"), "--seed", "0")
+    assert code == 2 and "--eval-seed 0 is the training world" in output
+    assert not (tmp_path / "w.pt").exists()
+
+
+def test_gates_refuse_bad_settings(tmp_path):
+    code, output = _run("phantom", "gates", "--n", "5")
+    assert code == 2 and "at least 20 images" in output
+    code, output = _run("phantom", "gates", "--out", str(tmp_path / "g.txt"))
+    assert code == 2 and "ending in .md" in output
+
+
+def test_gates_refuse_the_weights_training_world():
+    """The bundled v1 weights were trained on world 0: measuring them on world 0 is refused."""
+    code, output = _run("phantom", "gates", "--weights", "phantom-v1", "--seed", "0")
+    assert code == 2 and "trained on phantom world seed 0, the same world" in output
+
+
+def test_eval_refuses_a_non_positive_inverse_temperature():
+    code, output = _run("eval", "retrieval", "--inv-temperature", "0", "--experiments", "none")
+    assert code == 2 and "--inv-temperature must be positive" in output

@@ -142,7 +142,7 @@ def test_default_training_loss_has_no_finding_prompt_term():
     truth = torch.tensor([[1.0, 0.0, 1.0]] * 6)
     loss = training_loss(images, texts, positives, scale, 0.0, prompts, truth)
     clip = multi_positive_clip_loss(images, texts, positives, scale)
-    assert float(loss.detach()) == float(clip)
+    assert float(loss.detach()) == float(clip.detach())
     loss.backward()
     assert prompts.grad is None and images.grad is not None
     assert training_loss(images, texts, positives, scale, 0.0, None, 1 - truth) == loss

@@ -1,4 +1,6 @@
-"""`chexretrieve phantom train` and `chexretrieve phantom zero-shot`, added to the phantom group.
+"""`chexretrieve phantom zero-shot`, added to the phantom group (`phantom train` and `phantom gates`
+measure the evaluation gates, so they live in ``chexretrieve.evaluation.phantom_commands`` and the
+CLI root adds them to the group: the phantom package never imports the evaluation package).
 
 Heavy imports (torch, transformers) happen inside the commands so `--help` stays fast.
 """
@@ -8,48 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-
-#: the committed weights' file name; `phantom train` writes here by default (in the working folder)
-DEFAULT_TRAIN_OUT = Path("phantom-v1.pt")
-
-
-def train_command(
-    out: Path = typer.Option(DEFAULT_TRAIN_OUT, "--out", help="Weights file to write."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the phantom world and of the training."),
-    steps: int | None = typer.Option(None, "--steps", help="Optimiser steps (default: 1400)."),
-    n_images: int | None = typer.Option(
-        None, "--n-images", help="Training-split phantoms to draw (default: 6000)."
-    ),
-    batch_size: int | None = typer.Option(None, "--batch-size", help="Images per step."),
-    threads: int = typer.Option(2, "--threads", help="CPU threads and generator processes."),
-    device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:N."),
-    force: bool = typer.Option(False, "--force", help="Overwrite an existing weights file."),
-) -> None:
-    """Train the phantom encoder (image CNN + projection onto the frozen MiniLM) from a fixed seed.
-
-    With the defaults this reproduces the bundled weights (SYNTHETIC phantoms only).
-    """
-    from dataclasses import replace
-
-    from chexretrieve.phantom.training import PhantomTrainingConfig, train_phantom_encoder
-
-    try:
-        if out.exists() and not force:
-            raise ValueError(f"{out} already exists; pass --force to overwrite it")
-        if out.suffix != ".pt":
-            raise ValueError(f"the weights file name must end in .pt, not {out.name!r}")
-        config = PhantomTrainingConfig(seed=seed, threads=threads, device=device)
-        changes = {"steps": steps, "n_images": n_images, "batch_size": batch_size}
-        config = replace(config, **{k: v for k, v in changes.items() if v is not None})
-    except ValueError as error:
-        raise typer.BadParameter(str(error)) from error
-    result = train_phantom_encoder(config, out)
-    typer.echo(
-        f"wrote {result.path} (encoder id phantom:{result.sha256[:12]}, "
-        f"{result.path.stat().st_size / 1e6:.1f} MB) in {result.seconds / 60:.1f} min "
-        f"({result.cpu_seconds / 60:.1f} CPU-minutes); "
-        f"final loss {sum(result.losses[-20:]) / len(result.losses[-20:]):.3f}"
-    )
 
 
 def zero_shot_command(
