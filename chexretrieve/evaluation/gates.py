@@ -232,12 +232,13 @@ def evaluate_gates(
     seed: int = 0,
     n_images: int = 3000,
     anchors_root: str | None = None,
-    cache_dir: str = ".cache/chexretrieve/eval",
+    cache_dir: str | None = None,
     device: str = "auto",
     show_progress: bool = True,
 ) -> tuple[object, Gates]:
     """Load the phantom weights (None: the bundled default), generate and embed the evaluation
-    world ``seed`` exactly as ``chexretrieve eval retrieval`` does, and measure the gates."""
+    world ``seed`` exactly as ``chexretrieve eval retrieval`` does (same embedding cache; None: the
+    cache root's eval/ folder), and measure the gates."""
     from chexretrieve.encoders import EncoderConfig, load_encoder
     from chexretrieve.evaluation.config import PhantomSourceConfig
     from chexretrieve.evaluation.phantom_source import phantom_source
