@@ -78,17 +78,20 @@ def search_command(
             label_known=label_known,
         )
         service = open_search_app(AppConfig(db_url=db, encoder=encoder)).service
-        pixels = None
+        radiograph = None
         if image is not None:
             from chexretrieve.dicom import read_radiograph
 
-            pixels = read_radiograph(image).pixels
+            radiograph = read_radiograph(image)
         result = service.search(
             SearchRequest(
                 finding=finding,
                 geometry=geometry,
                 case_id=case,
-                image=pixels,
+                image=radiograph.pixels if radiograph is not None else None,
+                # the image's own study and pixels, when archived, are not results
+                query_study_uid=radiograph.metadata.study_uid if radiograph else None,
+                query_pixel_sha256=radiograph.pixel_sha256 if radiograph else None,
                 text=text,
                 anchor_set=anchor_set,
                 top_k=top_k,

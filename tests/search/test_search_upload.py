@@ -6,11 +6,14 @@ Real files through the real reader, ingest, store and search service: RG1_UNCI a
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import numpy as np
 import pytest
+from typer.testing import CliRunner
 
+from chexretrieve.cli import app
 from chexretrieve.dicom import pydicom_test_file, read_radiograph
 from chexretrieve.dicom.write import derive_uid, write_radiograph
 from chexretrieve.ingest import IngestConfig, ingest_paths
@@ -130,3 +133,22 @@ def test_an_upload_with_the_pixels_of_an_archived_image_does_not_return_it(archi
     )
     assert same_pixels[0] not in [h.image_id for h in fixed.hits]
     assert fixed.candidates == store.count_images() - 1
+
+
+def test_cli_search_by_an_uploaded_file_excludes_its_archived_study(archive, tmp_path, monkeypatch):
+    store, _, upload, _ = archive
+    archived = store.image_by_sop_uid(
+        read_radiograph(pydicom_test_file("RG1_UNCI.dcm")).metadata.sop_uid
+    )
+    monkeypatch.setenv("CHEXRETRIEVE_TEST_ENCODERS", "1")
+    monkeypatch.setenv("CHEXRETRIEVE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("CHEXRETRIEVE_AUDIT_LOG", str(tmp_path / "audit.jsonl"))
+    result = CliRunner().invoke(
+        app,
+        ["search", "--db", store.config.url, "--encoder", "stand-in:0:32", "--image",
+         str(upload), "--finding", "Pleural Effusion", "--geometry", "cosine", "--json"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    shown = [hit["case"] for hit in json.loads(result.stdout)["hits"]]
+    assert shown and archived.image_id not in shown
+    assert len(shown) == store.count_images() - 1
