@@ -35,8 +35,10 @@ def colour(name: str) -> str:
 
 
 def label(name: str) -> str:
-    head = name.split(":")[0]
-    return DISPLAY_NAMES.get(head, head)
+    """Display name of a geometry spec, with its options ("Posterior latent spherical (k=32)")."""
+    head, _, options = name.partition(":")
+    base = DISPLAY_NAMES.get(head, head)
+    return f"{base} ({options})" if options else base
 
 
 def save_figure(fig, path: Path) -> bytes:
