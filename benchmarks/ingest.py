@@ -1,6 +1,7 @@
 """Ingest speed: decode rate, and end-to-end ingest rate divided by encoder-only rate.
 
     .venv/bin/python benchmarks/ingest.py [--n 48] [--encoder auto] [--workers -1] [--batch-size 16]
+        [--thumbnail-px 256]   # 0: no thumbnails (what they cost ingest)
 
 Images: N copies of RG1 from pydicom-data (a real 1955 x 1841 PA chest radiograph), written as
 15-bit uncompressed CR DICOM, one pixel changed per copy so every copy is a distinct image.
@@ -108,6 +109,9 @@ def main() -> int:
     parser.add_argument("--encoder", default="auto", help="auto, chexzero-random or a spec")
     parser.add_argument("--workers", type=int, default=-1, help="decode processes (-1 auto)")
     parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument(
+        "--thumbnail-px", type=int, default=256, help="stored thumbnail size (0: none)"
+    )
     parser.add_argument("--device", default="auto")
     parser.add_argument("--data", type=Path, help="folder for the generated images (kept)")
     parser.add_argument("--json", type=Path, help="also write the figures as JSON")
@@ -118,7 +122,9 @@ def main() -> int:
         started = time.perf_counter()
         paths = make_rg1_copies(args.data or workdir / "rg1", args.n)
         print(f"{args.n} RG1-sized files ready in {time.perf_counter() - started:.1f} s")
-        config = IngestConfig(workers=args.workers, batch_size=args.batch_size)
+        config = IngestConfig(
+            workers=args.workers, batch_size=args.batch_size, thumbnail_px=args.thumbnail_px
+        )
         workers = max(1, config.resolved_workers)
 
         sample = paths[: min(len(paths), 12)]
@@ -170,6 +176,7 @@ def main() -> int:
         "images": len(paths),
         "workers": workers,
         "batch_size": args.batch_size,
+        "thumbnail_px": args.thumbnail_px,
         "cpu_count": os.cpu_count(),
         "load_average_1min": round(os.getloadavg()[0], 1),  # other work sharing the machine
         "decode_rate_1_process": round(decode_one, 2),

@@ -43,12 +43,15 @@ def thumbnail_png(pixels: np.ndarray, max_side: int = DEFAULT_THUMBNAIL_PX) -> b
     pixels = np.asarray(pixels, dtype=np.float32)
     if pixels.ndim != 2:
         raise ValueError(f"expected a 2-D greyscale image, got shape {pixels.shape}")
-    factor = max(pixels.shape) // (2 * max_side) if max_side >= 1 else 0
-    if factor > 1:  # box-average the float pixels first: rendering 5 MP costs 5x the rest
-        pixels = np.asarray(Image.fromarray(pixels).reduce(factor), dtype=np.float32)
+    factor = max(pixels.shape) // max_side if max_side >= 1 else 0
+    if factor > 1:  # box-average the float pixels first (whole blocks: the aspect ratio holds)
+        rows, columns = pixels.shape
+        box = (0, 0, columns - columns % factor, rows - rows % factor)
+        pixels = np.asarray(Image.fromarray(pixels).reduce(factor, box), dtype=np.float32)
     display = render_for_display(pixels)
     buffer = io.BytesIO()
-    Image.fromarray(shrink(display, max_side)).save(buffer, format="PNG", optimize=False)
+    # zlib level 1: ~6x faster than the default 6 for ~15% more bytes (ingest renders every image)
+    Image.fromarray(shrink(display, max_side)).save(buffer, format="PNG", compress_level=1)
     return buffer.getvalue()
 
 
