@@ -113,6 +113,7 @@ def mixing_curves(frame: pd.DataFrame, title: str):
 def budget_curves(frame: pd.DataFrame, title: str, *, x: str = "n_anchors", xlabel: str = ""):
     """Mean AUPRC vs number of anchors per geometry with bands; cosine as a dashed line."""
     fig, ax = plt.subplots(figsize=(6.8, 4.2))
+    variants_drawn: dict[str, int] = {}  # geometry without options -> curves drawn so far
     for geometry, part in frame.groupby("geometry", sort=False):
         part = part.sort_values(x)
         posterior = geometry.startswith("posterior_")
@@ -122,10 +123,17 @@ def budget_curves(frame: pd.DataFrame, title: str, *, x: str = "n_anchors", xlab
         # with posterior models present, target-only curves are dotted (the paper's Fig. 5)
         has_posterior = frame["geometry"].str.startswith("posterior_").any()
         style = ":" if has_posterior and not posterior else "-"
+        # a second option variant of one model (k=32 vs k=variance) shares its colour: dash-dot
+        # and square markers keep the two curves apart
+        base = geometry.split(":")[0]
+        repeat = variants_drawn.get(base, 0)
+        variants_drawn[base] = repeat + 1
+        if repeat:
+            style = "-."
         ax.plot(
             part[x],
             part["mean"],
-            marker="o",
+            marker="s" if repeat else "o",
             ms=3,
             ls=style,
             color=colour(geometry),

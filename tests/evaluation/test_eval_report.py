@@ -191,3 +191,29 @@ def test_curve_points_a_geometry_rejects_are_dropped_with_a_note():
     gaussian = frame[frame["geometry"] == "gaussian"]
     assert sorted(set(gaussian["n_anchors"])) == [4]
     assert any("too few anchors" in note for note in frame.attrs["skipped"])
+
+
+def test_two_option_variants_of_one_model_are_drawn_apart():
+    """Fig. 5 with k=32 and k=variance: one colour, distinct labels, line styles and markers."""
+    import pandas as pd
+
+    from chexretrieve.evaluation.figures import budget_curves
+
+    rows = [
+        {"finding": "Average", "geometry": g, "n_anchors": n, "mean": m, "low": m - 0.1, "high": m}
+        for g in (
+            "cosine",
+            "softmax",
+            "posterior_latent_spherical:k=32",
+            "posterior_latent_spherical:k=variance",
+        )
+        for n, m in ((2, 0.3), (4, 0.4))
+    ]
+    fig = budget_curves(pd.DataFrame(rows), "Posterior adaptation")
+    lines = {line.get_label(): line for line in fig.axes[0].get_lines()}
+    first = lines["Posterior latent spherical (k=32)"]
+    second = lines["Posterior latent spherical (k=variance)"]
+    assert first.get_color() == second.get_color()
+    styles = {(line.get_linestyle(), line.get_marker()) for line in (first, second)}
+    assert len(styles) == 2
+    assert lines["Softmax"].get_linestyle() == ":"  # target-only beside posterior models: dotted
