@@ -20,6 +20,7 @@ from chexretrieve.anchors.anchor_set import (
     AnchorSet,
     AnchorSetError,
     AnchorSource,
+    anchor_cache_key,
     anchors_root,
     content_hash,
 )
@@ -46,6 +47,7 @@ __all__ = [
     "AnchorSetDiff",
     "AnchorSetError",
     "AnchorSource",
+    "anchor_cache_key",
     "Problem",
     "ValidationReport",
     "anchors_root",

@@ -58,6 +58,15 @@ def content_hash(entries: Iterable[tuple[str, str]]) -> str:
     return "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
+def anchor_cache_key(key: str, encoder: object) -> str:
+    """A text-embedding cache key (an anchor set's content hash, or a hash of the texts) extended by
+    the encoder's ``text_fingerprint`` when it has one. An encoder whose tokenizer is a separate
+    file (CheXzero's) gives other vectors with another vocabulary or a corrected tokenizer under
+    the same weights, so ``encoder_id`` alone would hand back stale vectors."""
+    fingerprint = getattr(encoder, "text_fingerprint", None)
+    return key if not fingerprint else f"{key}+text:{fingerprint[:16]}"
+
+
 @dataclass(frozen=True)
 class AnchorSource:
     """Where sentences came from: written by a curator, by an LLM, or expanded from a template."""

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from chexretrieve.anchors.anchor_set import AnchorSet, AnchorSetError
+from chexretrieve.anchors.anchor_set import AnchorSet, AnchorSetError, anchor_cache_key
 from chexretrieve.anchors.config import ImpactConfig
 
 #: query rows scored at once (bounds the (rows, keys) score matrix)
@@ -38,15 +38,15 @@ def embed_anchor_set(
 ) -> EmbeddedAnchors:
     """Text embeddings of a set, read from / written to the store's cache when a store is given.
 
-    The cache key is (set id, version, content hash, encoder id), so an edited file (new hash) or
-    another encoder never reuses stale vectors.
+    The cache key is (set id, version, content hash, encoder id, the encoder's tokenizer
+    fingerprint if any), so an edited file (new hash), another encoder or another vocabulary never
+    reuses stale vectors.
     """
     encoder_id = encoder.encoder_id
     version = str(anchor_set.version)
+    cache_key = anchor_cache_key(anchor_set.content_hash, encoder)
     if store is not None and not refresh:
-        cached = store.get_anchor_embeddings(
-            anchor_set.id, version, anchor_set.content_hash, encoder_id
-        )
+        cached = store.get_anchor_embeddings(anchor_set.id, version, cache_key, encoder_id)
         if cached is not None and cached.shape[0] == len(anchor_set):
             return EmbeddedAnchors(
                 anchor_set.key, anchor_set.content_hash, encoder_id, cached, cached=True
@@ -59,9 +59,7 @@ def embed_anchor_set(
         )
     if store is not None:
         store.register_encoder(encoder_id, int(encoder.embed_dim), float(encoder.inv_temperature))
-        store.put_anchor_embeddings(
-            anchor_set.id, version, anchor_set.content_hash, encoder_id, matrix
-        )
+        store.put_anchor_embeddings(anchor_set.id, version, cache_key, encoder_id, matrix)
     return EmbeddedAnchors(anchor_set.key, anchor_set.content_hash, encoder_id, matrix, False)
 
 

@@ -127,6 +127,12 @@ class ChexzeroEncoder:
         self.embed_dim = model.sizes.embed_dim
         self.inv_temperature = min(math.exp(float(model.logit_scale.detach())), 100.0)
 
+    @property
+    def text_fingerprint(self) -> str | None:
+        """The tokenizer's fingerprint (None without one): text embeddings depend on it as well as
+        on the weights that ``encoder_id`` names."""
+        return None if self.tokenizer is None else self.tokenizer.fingerprint
+
     def __repr__(self) -> str:
         return f"ChexzeroEncoder({self.encoder_id}, {self.checkpoint}, device={self.device})"
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import gzip
+import hashlib
 import html
 import json
 from collections.abc import Sequence
@@ -82,6 +83,11 @@ def clean_text(text: str) -> str:
     return WHITESPACE.sub(" ", text).strip().lower()
 
 
+#: changes whenever the reader's output for the same files changes (2: OpenAI byte order, ftfy
+#: cleaning and first end-of-text pooling, 2026-12-01)
+TOKENIZER_REVISION = "clip-bpe-2"
+
+
 class ClipBpeTokenizer:
     """Byte-level BPE with CLIP's start/end tokens; ``encode_batch`` gives padded id arrays."""
 
@@ -97,11 +103,24 @@ class ClipBpeTokenizer:
             )
         self.vocab = dict(vocab)
         self.merge_rank = {pair: rank for rank, pair in enumerate(merges)}
+        self._fingerprint: str | None = None
         self.source = source
         self.start_id = vocab[START_TOKEN]
         self.end_id = vocab[END_TOKEN]
         self.vocab_size = max(vocab.values()) + 1
         self._word_cache: dict[str, list[int]] = {}
+
+    @property
+    def fingerprint(self) -> str:
+        """sha256 of what decides the token ids: this reader's revision, the vocabulary and the
+        merges in rank order. Cached anchor embeddings are keyed by it, so another vocabulary file
+        (or a corrected reader) never reuses vectors computed from other token ids."""
+        if self._fingerprint is None:
+            digest = hashlib.sha256(TOKENIZER_REVISION.encode())
+            digest.update(json.dumps(sorted(self.vocab.items()), ensure_ascii=False).encode())
+            digest.update(json.dumps(list(self.merge_rank), ensure_ascii=False).encode())
+            self._fingerprint = digest.hexdigest()
+        return self._fingerprint
 
     def _merge_word(self, word: str) -> list[str]:
         symbols = [byte_symbols()[b] for b in word.encode("utf-8")]

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from chexretrieve.anchors import anchor_cache_key
 from chexretrieve.cache import write_atomically
 from chexretrieve.evaluation.inputs import AnchorBank, AnchorVariant, EncodedView
 from chexretrieve.evaluation.progress import progress_bar
@@ -109,7 +110,7 @@ class EmbeddingCache:
 def embed_texts_cached(
     encoder, texts: Sequence[str], cache: EmbeddingCache, show_progress: bool = False
 ) -> np.ndarray:
-    key = EmbeddingCache.key(encoder.encoder_id, "text", texts)
+    key = EmbeddingCache.key(anchor_cache_key(encoder.encoder_id, encoder), "text", texts)
     cached = cache.get(key)
     if cached is not None and cached.shape[0] == len(texts):
         return cached

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from chexretrieve.anchors import AnchorSet, find_anchor_sets, latest_anchor_set
+from chexretrieve.anchors import AnchorSet, anchor_cache_key, find_anchor_sets, latest_anchor_set
 from chexretrieve.findings import canonical_finding
 from chexretrieve.search.gallery import Gallery
 from chexretrieve.search.service import AnchorSetRef
@@ -53,17 +53,14 @@ class StoreAnchorProvider:
             return self._memory[cache_key]
         encoder_id = self.encoder.encoder_id
         version = str(anchor_set.version)
-        matrix = self.store.get_anchor_embeddings(
-            anchor_set.id, version, anchor_set.content_hash, encoder_id
-        )
+        stored_key = anchor_cache_key(anchor_set.content_hash, self.encoder)
+        matrix = self.store.get_anchor_embeddings(anchor_set.id, version, stored_key, encoder_id)
         if matrix is None:
             matrix = np.asarray(self.encoder.embed_texts(list(anchor_set.sentences)), np.float32)
             self.store.register_encoder(
                 encoder_id, self.encoder.embed_dim, self.encoder.inv_temperature
             )
-            self.store.put_anchor_embeddings(
-                anchor_set.id, version, anchor_set.content_hash, encoder_id, matrix
-            )
+            self.store.put_anchor_embeddings(anchor_set.id, version, stored_key, encoder_id, matrix)
         self._memory[cache_key] = matrix
         return matrix
 

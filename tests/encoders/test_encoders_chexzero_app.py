@@ -121,3 +121,32 @@ def test_the_ui_case_lookup_searches_with_the_spec(archive, tmp_path) -> None:
         SearchRequest(finding="Pleural Effusion", case_id=2, anchor_set=ANCHOR_SET), user="dr.ui"
     )
     assert [hit.image_id for hit in result.hits] == _search(url, spec)
+
+
+def test_cached_anchor_vectors_follow_the_tokenizer(
+    tmp_path, chexzero_checkpoint, tokenizer_gz
+) -> None:
+    """Same weights, another vocabulary: the store's cached anchor vectors are not handed back."""
+    import gzip
+
+    from encoder_builders import TINY_MERGES
+
+    other = tmp_path / "fewer_merges.txt.gz"
+    with gzip.open(other, "wt", encoding="utf-8") as handle:
+        handle.write("\n".join(["#version: 0.2", *(f"{a} {b}" for a, b in TINY_MERGES[:4])]))
+    first = load_encoder(f"chexzero:{chexzero_checkpoint}?tokenizer={tokenizer_gz}", "cpu")
+    second = load_encoder(f"chexzero:{chexzero_checkpoint}?tokenizer={other}", "cpu")
+    assert first.encoder_id == second.encoder_id  # the image side is the same model
+    anchor_set = resolve_anchor_set(ANCHOR_SET)
+    store = open_store(f"sqlite:///{tmp_path / 'store.sqlite'}")
+    try:
+        assert not embed_anchor_set(anchor_set, first, store).cached
+        assert embed_anchor_set(anchor_set, first, store).cached
+        fresh = embed_anchor_set(anchor_set, second, store)
+        assert not fresh.cached
+        expected = second.embed_texts(list(anchor_set.sentences))
+        np.testing.assert_allclose(fresh.matrix, expected, atol=1e-6)
+        assert not np.allclose(fresh.matrix, first.embed_texts(list(anchor_set.sentences)))
+        assert embed_anchor_set(anchor_set, second, store).cached
+    finally:
+        store.close()

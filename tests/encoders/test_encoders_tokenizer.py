@@ -126,3 +126,19 @@ def test_bad_tokenizer_files_are_named(tmp_path, tokenizer_folder) -> None:
     (folder / "merges.txt").write_text("#version: 0.2\nt h x\n")
     with pytest.raises(EncoderError, match="line 2 is not a merge"):
         load_clip_tokenizer(folder)
+
+
+def test_fingerprint_follows_the_vocabulary_not_the_file_format(
+    tokenizer_folder, tokenizer_gz, tmp_path
+) -> None:
+    from_folder = load_clip_tokenizer(tokenizer_folder)
+    from_gz = load_clip_tokenizer(tokenizer_gz)
+    assert from_gz.fingerprint == from_folder.fingerprint  # same ids from both formats
+    assert len(from_gz.fingerprint) == 64 and from_gz.fingerprint == from_gz.fingerprint
+    # the same merges in another order give other ids for some words, so another fingerprint
+    swapped = tmp_path / "swapped.txt.gz"
+    merges = [f"{a} {b}" for a, b in TINY_MERGES]
+    merges[0], merges[2] = merges[2], merges[0]
+    with gzip.open(swapped, "wt", encoding="utf-8") as handle:
+        handle.write("\n".join(["#version: 0.2", *merges]) + "\n")
+    assert load_clip_tokenizer(swapped).fingerprint != from_gz.fingerprint
