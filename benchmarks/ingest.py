@@ -21,7 +21,7 @@ Figures, all measured in this one run:
 
 ``--encoder auto`` uses the phantom model when its weights load, else the stand-in encoder of fixed
 cost ``stand-in:50`` (50 ms per image of sleep, like a model call that costs wall time; see
-chexretrieve/ingest/stand_in.py). ``--encoder chexzero-random`` builds a CheXzero-sized
+chexretrieve/encoders/stand_in.py). ``--encoder chexzero-random`` builds a CheXzero-sized
 (ViT-B/32) CLIP with random weights, for realistic inference cost on a GPU. Any spec of
 ``chexretrieve ingest --encoder`` works too. The same command runs unchanged on a GPU machine.
 """

@@ -110,8 +110,8 @@ def write_radiographs(folder: Path, n: int, start: int, size: int = 64) -> list[
 
 def seed_archive(db_url: str, folder: Path, n: int, thumbnail_px: int = 256) -> None:
     """Ingest ``n`` radiographs so the searches have a gallery (in-process, stand-in encoder)."""
+    from chexretrieve.encoders.stand_in import StandInEncoder
     from chexretrieve.ingest import IngestConfig, ingest_paths
-    from chexretrieve.ingest.stand_in import StandInEncoder
     from chexretrieve.store import open_store
 
     write_radiographs(folder, n, start=0)
@@ -254,7 +254,7 @@ def run_load(
     hang guard of ``MIN_WRITTEN_GUARD_S`` seconds more ends it anyway)."""
     from chexretrieve.app import AppConfig, open_search_app
     from chexretrieve.audit import AuditConfig
-    from chexretrieve.ingest.stand_in import StandInEncoder
+    from chexretrieve.encoders.stand_in import StandInEncoder
     from chexretrieve.search.config import SearchConfig
     from chexretrieve.search.service import SearchRequest
     from chexretrieve.store import open_store

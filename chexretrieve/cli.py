@@ -1,7 +1,8 @@
 """The `chexretrieve` command line: builds config dataclasses and calls library code.
 
-Each command group lives beside the code it drives (``chexretrieve/<package>/commands.py``) and is
-registered here. Heavy imports (torch, pydicom, gradio) happen inside the commands, so
+Each command group lives beside the code it drives (``chexretrieve/<package>/commands.py``), or in
+``chexretrieve/app/`` when it composes several packages (``search``, ``ingest``), and is registered
+here. Heavy imports (torch, pydicom, gradio) happen inside the commands, so
 ``--help`` and ``--version`` stay fast.
 """
 
@@ -94,7 +95,7 @@ from chexretrieve.evaluation.commands import eval_app  # noqa: E402
 
 app.add_typer(eval_app, name="eval")
 
-from chexretrieve.ingest.commands import ingest_command  # noqa: E402
+from chexretrieve.app.ingest_commands import ingest_command  # noqa: E402
 
 app.command("ingest")(ingest_command)
 

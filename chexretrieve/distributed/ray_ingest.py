@@ -25,10 +25,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from chexretrieve.encoders.registry import TOKENIZER_ENV
+from chexretrieve.encoders.stand_in import TEST_ENCODERS_ENV
 from chexretrieve.ingest.config import IngestConfig
 from chexretrieve.ingest.discover import discover_files
 from chexretrieve.ingest.pipeline import IngestError, IngestReport
-from chexretrieve.ingest.stand_in import TEST_ENCODERS_ENV
 
 #: environment variables handed to the Ray workers (test stand-in encoders, CheXzero's tokenizer,
 #: offline model hubs)

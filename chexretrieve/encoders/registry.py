@@ -11,7 +11,7 @@ A spec is ``KIND[:ARGUMENT][?OPTION=VALUE[&OPTION=VALUE]]``; the kinds (``list_e
   or a ``bpe_simple_vocab_16e6.txt.gz`` beside the checkpoint);
 - ``hf-clip:/path/to/folder`` - a Hugging Face CLIP-family folder (CLIP, MetaCLIP 2, SigLIP,
   SigLIP 2), read with local_files_only; the folder brings its own tokenizer;
-- ``stand-in[:MS[:DIM]]`` - the fixed-cost test stand-in (``chexretrieve.ingest.stand_in``), only
+- ``stand-in[:MS[:DIM]]`` - the fixed-cost test stand-in (``chexretrieve.encoders.stand_in``), only
   with ``CHEXRETRIEVE_TEST_ENCODERS=1``.
 
 Anything that cannot be loaded raises ``EncoderError`` with a message saying what to change.
@@ -88,7 +88,7 @@ def _load_hf_clip(spec: EncoderSpec, config: EncoderConfig) -> Encoder:
 
 
 def _load_stand_in(spec: EncoderSpec, config: EncoderConfig) -> Encoder:
-    from chexretrieve.ingest.stand_in import load_stand_in
+    from chexretrieve.encoders.stand_in import load_stand_in
 
     return load_stand_in(f"stand-in:{spec.argument}" if spec.argument else "stand-in")
 

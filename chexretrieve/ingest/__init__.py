@@ -1,7 +1,8 @@
 """Ingest: walk an archive, decode in worker processes, embed in batches, store resumably.
 
 ``ingest_paths(paths, store, encoder, IngestConfig(...))`` is the library entry point;
-``chexretrieve ingest`` (``chexretrieve.ingest.commands``) is the command line. Names are imported
+``chexretrieve ingest`` (``chexretrieve.app.ingest_commands``, which also dispatches to the PACS
+and Ray paths) is the command line. Names are imported
 lazily so that ``chexretrieve --help`` does not load SQLAlchemy or pandas.
 """
 

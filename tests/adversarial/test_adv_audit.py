@@ -18,8 +18,8 @@ from adv_support import REPO
 
 from chexretrieve.app import AppConfig, open_search_app
 from chexretrieve.audit import AuditConfig, AuditLog, open_audit_log, verify_audit_file
+from chexretrieve.encoders.stand_in import StandInEncoder
 from chexretrieve.ingest import IngestConfig, IngestError, ingest_paths
-from chexretrieve.ingest.stand_in import StandInEncoder
 from chexretrieve.search.config import SearchConfig
 from chexretrieve.search.output import print_result, result_as_dict
 from chexretrieve.search.service import SearchRequest

@@ -16,8 +16,8 @@ import adv_crafting as craft
 import pytest
 from adv_readers import hostile_reader
 
+from chexretrieve.encoders.stand_in import StandInEncoder
 from chexretrieve.ingest import IngestConfig, ingest_paths
-from chexretrieve.ingest.stand_in import StandInEncoder
 from chexretrieve.store import open_store
 
 HERE = Path(__file__).resolve().parent

@@ -23,8 +23,8 @@ import numpy as np
 from adv_support import REPO
 from ingest_fixtures import write_archive
 
+from chexretrieve.encoders.stand_in import StandInEncoder
 from chexretrieve.ingest import IngestConfig, ingest_paths
-from chexretrieve.ingest.stand_in import StandInEncoder
 from chexretrieve.search.config import SearchConfig
 from chexretrieve.search.service import SearchRequest, SearchService
 from chexretrieve.search.sources import StoreAnchorProvider, gallery_from_store

@@ -22,8 +22,8 @@ from adv_readers import hostile_reader
 from adv_support import require
 
 from chexretrieve.dicom import REJECTION_REASONS, ReadConfig, pydicom_test_file
+from chexretrieve.encoders.stand_in import StandInEncoder
 from chexretrieve.ingest import IngestConfig, ingest_paths
-from chexretrieve.ingest.stand_in import StandInEncoder
 from chexretrieve.store import open_store
 
 HERE = Path(__file__).resolve().parent

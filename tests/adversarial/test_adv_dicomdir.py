@@ -19,8 +19,8 @@ import pydicom
 import pytest
 
 from chexretrieve.dicom import pydicom_test_file
+from chexretrieve.encoders.stand_in import StandInEncoder
 from chexretrieve.ingest import IngestConfig, ingest_paths
-from chexretrieve.ingest.stand_in import StandInEncoder
 from chexretrieve.store import open_store
 
 _WATCH: dict[str, object] = {"prefix": None, "seen": []}

@@ -21,9 +21,9 @@ from adv_support import REPO
 
 from chexretrieve.anchors.config import GenerationConfig
 from chexretrieve.anchors.generate import GenerationError, build_messages, generate_and_save
+from chexretrieve.encoders.stand_in import StandInEncoder
 from chexretrieve.findings import FINDINGS
 from chexretrieve.ingest import IngestConfig, ingest_paths
-from chexretrieve.ingest.stand_in import StandInEncoder
 from chexretrieve.search.config import SearchConfig
 from chexretrieve.search.service import SearchRequest, SearchService
 from chexretrieve.search.sources import StoreAnchorProvider, gallery_from_store

@@ -21,8 +21,8 @@ from adv_support import REPO, require_binary
 
 from chexretrieve.anchors import latest_anchor_set
 from chexretrieve.anchors.files import save_new_version
+from chexretrieve.encoders.stand_in import load_stand_in
 from chexretrieve.ingest import IngestConfig, ingest_paths
-from chexretrieve.ingest.stand_in import load_stand_in
 from chexretrieve.search.config import SearchConfig
 from chexretrieve.search.service import SearchService
 from chexretrieve.search.sources import StoreAnchorProvider, gallery_from_store

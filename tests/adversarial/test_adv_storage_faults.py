@@ -27,8 +27,8 @@ from adv_faults import (
 from adv_support import REPO
 from ingest_fixtures import write_archive
 
+from chexretrieve.encoders.stand_in import StandInEncoder
 from chexretrieve.ingest import IngestConfig, IngestError, ingest_paths
-from chexretrieve.ingest.stand_in import StandInEncoder
 from chexretrieve.store import open_store
 
 N_IMAGES = 150

@@ -23,8 +23,8 @@ from chexretrieve.dicom import (
     list_text_fields,
     read_radiograph,
 )
+from chexretrieve.encoders.stand_in import StandInEncoder
 from chexretrieve.ingest import IngestConfig, ingest_paths
-from chexretrieve.ingest.stand_in import StandInEncoder
 from chexretrieve.store import open_store
 
 

@@ -22,8 +22,8 @@ import adv_crafting as craft
 import pytest
 import test_ui_browser as ui_browser
 
+from chexretrieve.encoders.stand_in import load_stand_in
 from chexretrieve.ingest import IngestConfig, ingest_paths
-from chexretrieve.ingest.stand_in import load_stand_in
 from chexretrieve.store import open_store
 
 pytestmark = [

@@ -20,8 +20,8 @@ from PIL import Image
 
 from chexretrieve.app import AppConfig, open_search_app, resolve_read_store
 from chexretrieve.audit import AuditConfig
+from chexretrieve.encoders.stand_in import StandInEncoder
 from chexretrieve.ingest import IngestConfig, ingest_paths
-from chexretrieve.ingest.stand_in import StandInEncoder
 from chexretrieve.search.config import SearchConfig
 from chexretrieve.search.service import SearchRequest
 from chexretrieve.store import open_store

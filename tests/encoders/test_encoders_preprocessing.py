@@ -35,6 +35,6 @@ def test_split_preprocessing_gives_embed_images(encoder):
 
 
 def test_encoders_without_a_split_say_so():
-    from chexretrieve.ingest.stand_in import StandInEncoder
+    from chexretrieve.encoders.stand_in import StandInEncoder
 
     assert split_preprocessing(StandInEncoder(dim=8)) is None

@@ -84,7 +84,7 @@ def test_tokenizer_resolution_order(tmp_path, monkeypatch) -> None:
 
 
 def test_stand_in_is_a_registered_kind(monkeypatch) -> None:
-    from chexretrieve.ingest.stand_in import TEST_ENCODERS_ENV, StandInEncoder
+    from chexretrieve.encoders.stand_in import TEST_ENCODERS_ENV, StandInEncoder
 
     monkeypatch.delenv(TEST_ENCODERS_ENV, raising=False)
     with pytest.raises(EncoderError, match="test stand-in, not a model.*CHEXRETRIEVE_TEST_ENC"):

@@ -15,9 +15,9 @@ from ingest_fixtures import (
 )
 
 from chexretrieve.dicom import ReadConfig, read_radiograph
+from chexretrieve.encoders.stand_in import StandInEncoder
 from chexretrieve.ingest import IngestConfig, IngestError, ingest_paths
 from chexretrieve.ingest.report import write_report
-from chexretrieve.ingest.stand_in import StandInEncoder
 
 EXPECTED_REASONS = {
     "garbage.dcm": "not-dicom",

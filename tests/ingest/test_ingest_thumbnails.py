@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 from chexretrieve.cli import app
 from chexretrieve.dicom import pydicom_test_file, thumbnail_pixels
 from chexretrieve.dicom.write import derive_uid, write_radiograph
+from chexretrieve.encoders.stand_in import StandInEncoder
 from chexretrieve.ingest import IngestConfig, ingest_paths
-from chexretrieve.ingest.stand_in import StandInEncoder
 from chexretrieve.ingest.thumbnails import backfill_thumbnails
 from chexretrieve.store import open_store
 

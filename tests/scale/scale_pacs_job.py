@@ -111,8 +111,8 @@ def ingest_all(settings_files: list[str]) -> int:
 
 
 def ingest(settings: dict) -> int:
+    from chexretrieve.encoders.stand_in import StandInEncoder
     from chexretrieve.ingest import IngestConfig
-    from chexretrieve.ingest.stand_in import StandInEncoder
     from chexretrieve.pacs.client import PacsError, make_session
     from chexretrieve.pacs.config import DicomWebConfig
     from chexretrieve.pacs.ingest import ingest_dicomweb

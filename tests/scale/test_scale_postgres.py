@@ -95,8 +95,8 @@ def phantom_archive(tmp_path_factory):
 def test_ingest_gives_the_same_content_in_postgresql_and_sqlite(
     postgres_url, phantom_archive, tmp_path
 ):
+    from chexretrieve.encoders.stand_in import StandInEncoder
     from chexretrieve.ingest import IngestConfig, ingest_paths, read_label_csv
-    from chexretrieve.ingest.stand_in import StandInEncoder
 
     encoder = StandInEncoder(dim=16)
     config = IngestConfig(workers=0, batch_size=4)

@@ -11,8 +11,8 @@ from scale_helpers import make_phantom_archive, store_content
 from typer.testing import CliRunner
 
 from chexretrieve.cli import app
+from chexretrieve.encoders.stand_in import StandInEncoder
 from chexretrieve.ingest import IngestConfig, ingest_paths, read_label_csv
-from chexretrieve.ingest.stand_in import StandInEncoder
 from chexretrieve.store import open_store
 
 pytestmark = [pytest.mark.service, pytest.mark.slow]

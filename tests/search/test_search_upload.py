@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 from chexretrieve.cli import app
 from chexretrieve.dicom import pydicom_test_file, read_radiograph
 from chexretrieve.dicom.write import derive_uid, write_radiograph
+from chexretrieve.encoders.stand_in import StandInEncoder
 from chexretrieve.ingest import IngestConfig, ingest_paths
-from chexretrieve.ingest.stand_in import StandInEncoder
 from chexretrieve.search.config import SearchConfig
 from chexretrieve.search.service import SearchRequest, SearchService
 from chexretrieve.search.sources import StoreAnchorProvider, gallery_from_store

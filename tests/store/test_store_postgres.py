@@ -85,8 +85,8 @@ def test_racing_writers_insert_an_image_once_on_postgresql(postgres_url):
 def test_ingest_into_postgresql(postgres_url, tmp_path, monkeypatch):
     from PIL import Image
 
+    from chexretrieve.encoders.stand_in import StandInEncoder
     from chexretrieve.ingest import IngestConfig, ingest_paths
-    from chexretrieve.ingest.stand_in import StandInEncoder
 
     rng = np.random.default_rng(5)
     for i in range(5):

@@ -90,10 +90,10 @@ def world(tmp_path_factory):
         CHEXRETRIEVE_TEST_ENCODERS="1",
         CHEXRETRIEVE_ANCHORS=str(anchors),
     )
+    from chexretrieve.encoders.stand_in import load_stand_in
     from chexretrieve.ingest.config import IngestConfig
     from chexretrieve.ingest.labels import read_label_csv
     from chexretrieve.ingest.pipeline import ingest_paths
-    from chexretrieve.ingest.stand_in import load_stand_in
     from chexretrieve.phantom.archive import write_archive
     from chexretrieve.phantom.config import ArchiveConfig, PhantomConfig
     from chexretrieve.store import open_store

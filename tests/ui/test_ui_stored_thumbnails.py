@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from chexretrieve.dicom.write import derive_uid, write_radiograph
+from chexretrieve.encoders.stand_in import StandInEncoder
 from chexretrieve.ingest import IngestConfig, ingest_paths
-from chexretrieve.ingest.stand_in import StandInEncoder
 from chexretrieve.search.config import SearchConfig
 from chexretrieve.search.service import SearchService
 from chexretrieve.search.sources import StoreAnchorProvider, gallery_from_store

@@ -1,5 +1,9 @@
 """`chexretrieve ingest`: build the config dataclasses from options and run the pipeline.
 
+It lives in the application layer because it dispatches to three libraries: ``chexretrieve.ingest``
+(files and folders), ``chexretrieve.pacs`` (``--dicomweb``) and ``chexretrieve.distributed``
+(``--executor ray``), which themselves build on ``chexretrieve.ingest``.
+
 Exit status: 0 when the run completes (rejected files included); 1 with --strict when any file was
 rejected or conflicted; 2 on a fatal error (bad path or URL, encoder or labels file that cannot be
 loaded, a run that had to stop); 130 when interrupted.
