@@ -260,7 +260,7 @@ class SearchService:
             ("pixel_sha256", request.query_pixel_sha256),
         ):
             if value and column in gallery.metadata:
-                mask &= (gallery.metadata[column] != value).to_numpy()
+                mask &= gallery.columns.not_equal(column, value)  # type: ignore[attr-defined]
         return mask
 
     def _ranks_by_index(self, request: SearchRequest, gallery: Gallery) -> bool:
@@ -382,8 +382,9 @@ class SearchService:
         return vector, offset
 
     def _hits(self, rows, scores, gallery, query, anchor_set, explain) -> tuple[SearchHit, ...]:
-        metadata = gallery.metadata.iloc[rows].to_dict("records")  # one lookup for all rows
-        labels = gallery.labels.iloc[rows].to_dict("records")
+        columns = gallery.columns  # type: ignore[attr-defined]
+        metadata = columns.records("metadata", rows)  # = metadata.iloc[rows].to_dict("records")
+        labels = columns.records("labels", rows)
         hits = []
         for rank, (row, score) in enumerate(zip(rows, scores, strict=True), start=1):
             explanation = None
