@@ -46,11 +46,20 @@ def test_key_matrix_top_k_is_the_exact_top_k_of_the_stored_rows(dtype):
         keys.top_k(np.ones(4), 3)
 
 
-def test_key_matrix_round_trips_stored_rows_and_keeps_its_memory_alive():
+@pytest.mark.parametrize("width", [64, 37])  # 37: float16 rows held zero-padded for SIMD
+def test_key_matrix_round_trips_stored_rows_and_keeps_its_memory_alive(width):
     rng = np.random.default_rng(1)
-    keys = KeyMatrix.from_rows(rng.standard_normal((5000, 64)), "float16")
+    rows = rng.standard_normal((5000, width))
+    keys = KeyMatrix.from_rows(rows, "float16")
+    assert keys.array.shape == (5000, width)
+    np.testing.assert_allclose(keys.array, rows, rtol=1e-3, atol=1e-7)  # FAISS's rounding
+    assert keys.nbytes >= keys.array.nbytes
     copy = KeyMatrix.from_stored(np.array(keys.array))
     assert copy.array.dtype == np.float16 and np.array_equal(copy.array, keys.array)
+    query = rng.standard_normal(width)
+    reference = copy.array.astype(np.float64) @ query
+    assert list(copy.top_k(query, 5)[1]) == list(np.argsort(-reference, kind="stable")[:5])
+    assert KeyMatrix.owning(copy.array[:, : width - 1]) is None
     assert KeyMatrix.owning(copy.array) is not None  # the full view maps back to its rows
     assert KeyMatrix.owning(copy.array[1:]) is None
     assert KeyMatrix.owning(np.array(copy.array)) is None
