@@ -42,6 +42,9 @@ class SearchConfig:
     # cache files): "float32", or "float16" (half the memory and bytes scanned per search; scores
     # still accumulate in float32; ranking change measured in README "Storage precision")
     storage_dtype: str = "float32"
+    # threads one exact search scans the gallery with (contiguous row ranges of at least 32,768
+    # rows, one core each, merged: the same top k); 0 = one per CPU core
+    scan_threads: int = 0
 
     def __post_init__(self) -> None:
         if self.storage_dtype not in ("float32", "float16"):
@@ -53,6 +56,8 @@ class SearchConfig:
             raise ValueError(
                 f"unknown index kind {self.index_kind!r}; choose one of: {', '.join(kinds)}"
             )
+        if self.scan_threads < 0:
+            raise ValueError(f"scan_threads must be 0 or positive, got {self.scan_threads}")
         if self.index_cache_entries < 1:
             raise ValueError(
                 f"index_cache_entries must be at least 1, got {self.index_cache_entries}"

@@ -14,9 +14,17 @@ float16 with SIMD only when the row width is a multiple of its SIMD lanes (8 wit
 AVX-512), and falls back to a scalar loop 4-14x slower otherwise (1025-wide rows, 100k of them:
 204 ms instead of 41), so float16 rows are stored zero-padded to that multiple; ``array`` hides the
 padding.
+
+FAISS scans one query on one thread. ``top_k(threads=...)`` splits the rows into contiguous ranges
+(``IDSelectorRange``) scanned by several threads at once (FAISS releases the GIL) and merges their
+top k; on this project's 2-core machine, already loaded by other jobs (load average ~3), two
+threads scanned 400k rows 1.3-1.6x faster than one (float32 and float16, 99 to 1025 wide).
 """
 
 from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -24,6 +32,11 @@ import numpy as np
 STORAGE_DTYPES = ("float32", "float16")
 #: rows converted and added together (bounds the float32 temporaries of float16 storage)
 ROW_CHUNK = 16384
+#: fewest rows per part of a scan split across threads (smaller parts only add overhead)
+SPLIT_MIN_ROWS = 32768
+
+_POOLS: dict[int, ThreadPoolExecutor] = {}
+_POOLS_LOCK = threading.Lock()
 
 
 def _faiss():
@@ -46,6 +59,21 @@ def _stored_width(width: int, dtype: np.dtype) -> int:
         return width
     lanes = 16 if "AVX512" in _faiss().get_compile_options() else 8
     return -(-width // lanes) * lanes
+
+
+def _one_omp_thread() -> None:
+    _faiss().omp_set_num_threads(1)  # per thread: each part of a scan runs on one core
+
+
+def _scan_pool(threads: int) -> ThreadPoolExecutor:
+    """Worker threads for the parts of split scans (FAISS releases the GIL while it scans)."""
+    with _POOLS_LOCK:
+        pool = _POOLS.get(threads)
+        if pool is None:
+            pool = _POOLS[threads] = ThreadPoolExecutor(
+                threads - 1, thread_name_prefix="chexretrieve-scan", initializer=_one_omp_thread
+            )
+        return pool
 
 
 class _BorrowedMemory:
@@ -190,9 +218,14 @@ class KeyMatrix:
         """The given rows as float32 (a copy)."""
         return self._array[rows].astype(np.float32)
 
-    def top_k(self, query_vector, k: int, allowed=None) -> tuple[np.ndarray, np.ndarray]:
+    def top_k(
+        self, query_vector, k: int, allowed=None, threads: int = 1
+    ) -> tuple[np.ndarray, np.ndarray]:
         """(inner products, rows), best first, of the at most k rows with the largest inner
-        product with ``query_vector``; ``allowed``: boolean mask over the rows (None = all)."""
+        product with ``query_vector``; ``allowed``: boolean mask over the rows (None = all).
+        ``threads`` > 1 splits the rows into up to that many contiguous ranges (each of at least
+        SPLIT_MIN_ROWS rows) scanned at once, one core each, and merges their top k: the best k
+        of the union of every range's best k are the best k of all rows."""
         query = np.ascontiguousarray(np.reshape(query_vector, (1, -1)), dtype=np.float32)
         if query.shape[1] != self.width:
             raise ValueError(
@@ -202,26 +235,49 @@ class KeyMatrix:
         if k <= 0:
             return np.empty(0, dtype=np.float32), np.empty(0, dtype=np.int64)
         query = self._padded(query)
-        params = None
+        faiss = _faiss()
+        bitmap = None
         if allowed is not None:
-            faiss = _faiss()
             mask = np.asarray(allowed, dtype=bool)
             if mask.shape != (len(self),):
                 raise ValueError(
                     f"the allowed mask has shape {mask.shape}; expected ({len(self)},)"
                 )
             bits = np.packbits(mask, bitorder="little")
-            params = faiss.SearchParameters()
-            params.sel = faiss.IDSelectorBitmap(len(self), faiss.swig_ptr(bits))
-        faiss = _faiss()
-        threads = faiss.omp_get_max_threads()
+            bitmap = faiss.IDSelectorBitmap(len(self), faiss.swig_ptr(bits))
+        parts = max(1, min(int(threads), len(self) // SPLIT_MIN_ROWS))
+        bounds = np.linspace(0, len(self), parts + 1).astype(np.int64)
+        selectors, alive = [], []  # FAISS's selectors point at each other: keep all alive
+        for start, stop in zip(bounds[:-1], bounds[1:], strict=True):
+            if parts == 1:
+                selectors.append(bitmap)
+                break
+            ranged = faiss.IDSelectorRange(int(start), int(stop))
+            alive.append(ranged)
+            selectors.append(ranged if bitmap is None else faiss.IDSelectorAnd(ranged, bitmap))
+
+        def scan(selector):
+            params = None
+            if selector is not None:
+                params = faiss.SearchParameters()
+                params.sel = selector
+            return self._index.search(query, k, params=params)
+
+        previous = faiss.omp_get_max_threads()
         faiss.omp_set_num_threads(1)  # this thread only: one query scans on one core; a team
         try:  # of OpenMP threads only waits on each other (badly, on a busy machine)
-            scores, rows = self._index.search(query, k, params=params)
+            others = [_scan_pool(parts).submit(scan, sel) for sel in selectors[1:]]
+            results = [scan(selectors[0])] + [future.result() for future in others]
         finally:
-            faiss.omp_set_num_threads(threads)
-        found = rows[0] >= 0  # FAISS pads with -1 when fewer rows pass the mask
-        return scores[0][found], rows[0][found].astype(np.int64)
+            faiss.omp_set_num_threads(previous)
+        scores = np.concatenate([found[0] for found, _ in results])
+        rows = np.concatenate([ids[0] for _, ids in results]).astype(np.int64)
+        keep = rows >= 0  # FAISS pads with -1 when fewer rows pass the mask
+        scores, rows = scores[keep], rows[keep]
+        if parts > 1:
+            order = np.lexsort((rows, -scores))[:k]
+            scores, rows = scores[order], rows[order]
+        return scores, rows
 
     def inner_products(self, query_vector) -> np.ndarray:
         """(n,) float32 inner products of every row with ``query_vector`` (a full scan)."""

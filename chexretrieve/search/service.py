@@ -12,6 +12,7 @@ this is the score of the Rocchio-moved query, computed from cached features alon
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -208,7 +209,8 @@ class SearchService:
             ranked = self._rank_by_index(geometry, features, key, gallery, query, mask, k)
         if ranked is None:
             vector, offset = self._query_vector(geometry, features, query, request, gallery)
-            ranked = _rank_exactly(features, vector, offset, mask, candidates, k, gallery)
+            threads = self.config.scan_threads or os.cpu_count() or 1
+            ranked = _rank_exactly(features, vector, offset, mask, candidates, k, gallery, threads)
         rows, scores = ranked
         hits = self._hits(rows, scores, gallery, query, anchor_set, request.explain)
         result = SearchResult(
@@ -410,13 +412,13 @@ class SearchService:
         return tuple(hits)
 
 
-def _rank_exactly(features: KeyMatrix, vector, offset, mask, candidates, k, gallery):
+def _rank_exactly(features: KeyMatrix, vector, offset, mask, candidates, k, gallery, threads=1):
     """(rows, scores), best first, ties by image id: the exact top k of the eligible rows."""
     if k == 0:
         return np.empty(0, dtype=np.int64), np.empty(0)
     allowed = None if candidates == len(mask) else mask
     # one row more than wanted shows whether a tie crosses the cut (then the lowest ids must win)
-    found, rows = features.top_k(vector, k + 1, allowed)
+    found, rows = features.top_k(vector, k + 1, allowed, threads)
     if len(found) > k and found[k - 1] == found[k]:
         scores = np.where(mask, features.inner_products(vector), -np.inf)
         kth = -np.partition(-scores, k - 1)[k - 1]

@@ -154,3 +154,58 @@ def test_relevance_feedback_score_is_the_rocchio_sum_of_scores(tmp_path, dtype):
         - config.feedback_irrelevant_weight * s(200)
     )
     np.testing.assert_allclose(scores, expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_split_scan_returns_the_single_scan_top_k(dtype):
+    """threads=3: three row ranges scanned at once and merged; the same top k as one scan and as
+    float64 numpy on the stored rows, with and without a mask, ties across the ranges included."""
+    from chexretrieve.search.scoring import SPLIT_MIN_ROWS
+
+    rng = np.random.default_rng(5)
+    n = 3 * SPLIT_MIN_ROWS + 17
+    rows = rng.standard_normal((n, 12)).astype(np.float32)
+    rows[[5, n // 2, n - 1]] = rows[7]  # equal rows in every range
+    keys = KeyMatrix.from_rows(rows, dtype)
+    stored = keys.array.astype(np.float64)
+    allowed = rng.random(n) < 0.3
+    for query in (rng.standard_normal(12), rows[7].astype(np.float64)):
+        for mask in (None, allowed):
+            reference = stored @ query
+            if mask is not None:
+                reference = np.where(mask, reference, -np.inf)
+            best = np.sort(reference)[::-1][:10]
+            one_scores, one_rows = keys.top_k(query, 10, mask, threads=1)
+            split_scores, split_rows = keys.top_k(query, 10, mask, threads=3)
+            np.testing.assert_allclose(split_scores, best, rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(one_scores, split_scores, rtol=0, atol=0)
+            assert set(one_rows) == set(split_rows) or np.any(np.diff(best) == 0)
+            if mask is not None:
+                assert mask[split_rows].all()
+            tied = reference == reference.max()
+            assert tied[split_rows[: int(tied.sum())]].all()  # every tied best row comes first
+
+
+def test_service_ranks_the_same_with_a_split_scan(tmp_path):
+    """SearchConfig.scan_threads: a gallery large enough to be split ranks as with one thread,
+    filters and the own-study exclusion included."""
+    from chexretrieve.search.gallery import SearchFilters
+
+    gallery = _clustered_gallery(70_000, seed=4)
+    rankings = {}
+    for threads in (1, 2):
+        rng = np.random.default_rng(1)
+        config = SearchConfig(feature_cache_dir=tmp_path / "features", scan_threads=threads)
+        service = SearchService(lambda: gallery, FakeAnchors(rng), FakeEncoder(rng), config=config)
+        rankings[threads] = [
+            [h.image_id for h in service.search(request).hits]
+            for request in (
+                SearchRequest(finding="Edema", geometry=geometry, case_id=case, filters=filters)
+                for geometry in ("cosine", "softmax")
+                for case in (100, 35_000, 69_999)
+                for filters in (SearchFilters(), SearchFilters(views=("AP",)))
+            )
+        ]
+    assert rankings[1] == rankings[2]
+    with pytest.raises(ValueError, match="scan_threads"):
+        SearchConfig(scan_threads=-1)
