@@ -105,6 +105,27 @@ def test_allowed_mask_restricts_results_to_the_filtered_rows(index_kind, world):
     assert index.search(queries[:2], 10, allowed=np.zeros(GALLERY, bool))[1].shape == (2, 0)
 
 
+@pytest.mark.parametrize("index_kind", ["exact", "hnsw"])
+@pytest.mark.parametrize("kind", ["softmax", "gaussian"])
+def test_float16_features_are_indexed_without_a_float32_copy(kind, index_kind, world):
+    """Features held in float16 (SearchConfig.storage_dtype) stay the rows the index re-scores;
+    returned scores are the exact inner products with those float16 rows."""
+    geometry, keys, fq = geometry_of(kind, world)
+    half = keys.astype(np.float16)
+    index = build_index(geometry, half, index_kind, AnnConfig(threads=1))
+    assert index._keys.dtype == np.float16 and np.shares_memory(index._keys, half)
+    queries = geometry.query_vectors(fq)
+    scores, rows = index.search(queries, 10)
+    stored = half.astype(np.float64)
+    exact = np.einsum("nkf,nf->nk", stored[rows], queries.astype(np.float64))
+    np.testing.assert_allclose(scores, exact, rtol=1e-4, atol=1e-4 * np.abs(exact).max())
+    truth = exact_top_k(queries, half, 11)
+    assert truth[0].dtype == np.float32
+    np.testing.assert_allclose(truth[0][:, :10], -np.sort(-(queries @ stored.T), axis=1)[:, :10],
+                               rtol=1e-4, atol=1e-4 * np.abs(exact).max())  # fmt: skip
+    assert recall_at_k(rows, queries, half, truth, 10) >= (1.0 if index_kind == "exact" else 0.95)
+
+
 def test_k_larger_than_the_gallery_returns_every_row(world):
     geometry, keys, fq = geometry_of("gaussian", world)
     index = build_index(geometry, keys[:7], "hnsw", AnnConfig(threads=1))
