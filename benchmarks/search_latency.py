@@ -17,8 +17,10 @@ also prints the overlap of its top 10 with the exact ranking's (mean over the ti
 searches). With several ``--storage`` dtypes (SearchConfig.storage_dtype) every dtype is timed on
 the same queries, each row prints its p95 relative to the first dtype's, and the top-10 overlap with
 the first dtype's ranking (mean over the timed unfiltered searches). With ``--rounds R`` every
-geometry is timed R times in turn and p50 / p95 are the medians of the per-round figures (a
-scheduler stall on the shared machine then moves one round, not the result).
+geometry is timed in R consecutive rounds and p50 / p95 are the medians of the per-round figures (a
+scheduler stall on the shared machine then moves one round, not the result). With several
+``--scan-threads`` values (SearchConfig.scan_threads) each storage dtype is timed with each, on one
+set of cached features.
 """
 
 from __future__ import annotations
@@ -102,7 +104,12 @@ def main() -> None:
     parser.add_argument("--geometries", nargs="+", default=list(GEOMETRY_CHOICES))
     parser.add_argument("--index", default="none", help="none, exact, hnsw or ivf")
     parser.add_argument("--storage", nargs="+", default=["float32"], help="float32, float16")
+    parser.add_argument(
+        "--scan-threads", type=int, nargs="+", default=[0], help="SearchConfig.scan_threads"
+    )
     args = parser.parse_args()
+    variants = [(s, t) for s in args.storage for t in args.scan_threads]
+    labels = [s if len(args.scan_threads) == 1 else f"{s}/t{t}" for s, t in variants]
     rng = np.random.default_rng(0)
     anchors = SyntheticAnchors(args.dim, args.anchors, rng)
     filters = SearchFilters(views=("PA",), age_min=30)
@@ -111,9 +118,9 @@ def main() -> None:
         "searches per cell, top-10; p50/p95: median over rounds"
     )
     print("load average at start: {:.1f} {:.1f} {:.1f}".format(*os.getloadavg()))
-    header = f"{'gallery':>8} {'geometry':<28} {'storage':<8} {'first (s)':>9} {'p50 ms':>8}"
-    header += f" {'p95 ms':>8} filtered p95 p95/{args.storage[0]}"
-    compare = args.index != "none" or len(args.storage) > 1
+    header = f"{'gallery':>8} {'geometry':<28} {'storage':<11} {'first (s)':>9} {'p50 ms':>8}"
+    header += f" {'p95 ms':>8} filtered p95 p95/{labels[0]}"
+    compare = args.index != "none" or len(variants) > 1
     print(header + ("  top-10 overlap" if compare else ""), flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         for size in args.sizes:
@@ -121,7 +128,7 @@ def main() -> None:
             stored = stored_galleries(synthetic_gallery(size, args.dim, rng), wanted)
             folder = Path(tmp) / str(size)
 
-            def config(storage: str, index: str, folder: Path = folder) -> SearchConfig:
+            def config(storage, index, threads=0, folder: Path = folder) -> SearchConfig:
                 # features of the geometry being timed stay in memory, earlier ones are dropped
                 # (every geometry's features at 1M would not fit in memory together)
                 return SearchConfig(
@@ -130,21 +137,24 @@ def main() -> None:
                     index_min_gallery=0,
                     storage_dtype=storage,
                     memory_cache_entries=2,
+                    scan_threads=threads,
                 )
 
-            services = {
-                storage: SearchService(
-                    lambda g=stored[storage]: g, anchors, config=config(storage, args.index)
+            services, caches = {}, {}
+            for label, (storage, threads) in zip(labels, variants, strict=True):
+                service = SearchService(
+                    lambda g=stored[storage]: g,
+                    anchors,
+                    config=config(storage, args.index, threads),
                 )
-                for storage in args.storage
-            }
-            reference = services[args.storage[0]]
+                service.cache = caches.setdefault(storage, service.cache)  # features held once
+                services[label] = service
+            reference = services[labels[0]]
             if args.index != "none":  # the exact ranking, sharing the float32 features if held
                 reference = SearchService(
                     lambda g=stored["float32"]: g, anchors, config=config("float32", "none")
                 )
-                if "float32" in services:
-                    reference.cache = services["float32"].cache
+                reference.cache = caches.get("float32", reference.cache)
             for geometry in args.geometries:
                 first = {}
                 for storage, service in services.items():
@@ -175,19 +185,19 @@ def main() -> None:
                                 if truth is not None and out is plain:
                                     found = {h.image_id for h in hits}
                                     overlap[storage].append(len(truth & found) / len(truth))
-                base95 = percentiles(plain[args.storage[0]])[1]
+                base95 = percentiles(plain[labels[0]])[1]
                 for storage in services:
                     p50, p95 = percentiles(plain[storage])
                     fp95 = percentiles(filtered[storage])[1]
                     extra = f"  {np.mean(overlap[storage]):.3f}" if overlap[storage] else ""
                     print(
-                        f"{size:>8} {geometry:<28} {storage:<8} {first[storage]:>9.2f} "
+                        f"{size:>8} {geometry:<28} {storage:<11} {first[storage]:>9.2f} "
                         f"{p50:>8.1f} {p95:>8.1f} {fp95:>12.1f} {p95 / base95:>11.2f}" + extra,
                         flush=True,
                     )
                 for path in folder.glob("*.npy"):  # disk: at 1M every geometry's files add up
                     path.unlink()
-            del services, reference, stored
+            del services, caches, reference, stored
     print("load average at end: {:.1f} {:.1f} {:.1f}".format(*os.getloadavg()))
 
 
