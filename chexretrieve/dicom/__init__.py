@@ -3,6 +3,8 @@
 ``read_radiograph(path, ReadConfig())`` reads a DICOM, PNG or JPEG file into a :class:`Radiograph`
 (display-ready float32 pixels in [0, 1], validated :class:`RadiographMetadata`, a pixel hash) or
 raises :class:`RejectedFile` whose ``reason`` is one of :data:`REJECTION_REASONS`.
+``read_pixel_values(path)`` gives a viewer the image in its own value units with its default DICOM
+window, and ``linear_window`` applies a window by the DICOM linear VOI function.
 """
 
 from chexretrieve.dicom.codec_setup import GDCM_AVAILABLE  # first: guards gdcm's `import dl`
@@ -19,21 +21,25 @@ from chexretrieve.dicom.read import (
     sniff_format,
 )
 from chexretrieve.dicom.thumbnails import DEFAULT_THUMBNAIL_PX, thumbnail_pixels, thumbnail_png
+from chexretrieve.dicom.viewing import PixelValues, linear_window, read_pixel_values
 
 __all__ = [
     "DEFAULT_THUMBNAIL_PX",
     "GDCM_AVAILABLE",
+    "PixelValues",
     "REJECTION_REASONS",
     "Radiograph",
     "RadiographMetadata",
     "ReadConfig",
     "RejectedFile",
+    "linear_window",
     "list_text_fields",
     "parse_age_string",
     "parse_date",
     "pixel_sha256",
     "pydicom_test_file",
     "read_dicom_header",
+    "read_pixel_values",
     "read_radiograph",
     "render_for_display",
     "sniff_format",

@@ -167,8 +167,36 @@ def _weight_cell(value: float) -> str:
     return f"<td class='cx-num'>{value:.3f}</td>"
 
 
+def _quoted(sentence: str, limit: int = 90) -> str:
+    text = " ".join(str(sentence).split())
+    return f"‘{text if len(text) <= limit else text[: limit - 1] + '…'}’"
+
+
+def plain_explanation(explanation, query_name: str = "the query") -> str:
+    """One or two plain sentences from the anchor terms (unescaped): what both images weigh most
+    and, when the divergence is not negligible, the sentence that sets them apart most."""
+    shared = list(explanation.shared[:2])
+    if not shared:
+        return "The anchor set has no sentences to explain this result with."
+    both = " and ".join(_quoted(t.sentence) for t in shared)
+    first = shared[0]
+    line = (
+        f"Both images weigh {both} most (first: {first.query_weight:.2f} for {query_name}, "
+        f"{first.result_weight:.2f} for the result)."
+    )
+    apart = explanation.differing[0] if explanation.differing else None
+    if apart is not None and apart.divergence_term > 0.05 * max(explanation.divergence, 1e-12):
+        who = query_name if apart.query_weight > apart.result_weight else "the result"
+        line += (
+            f" They differ most on {_quoted(apart.sentence)}, which {who} weighs more "
+            f"({apart.query_weight:.2f} vs {apart.result_weight:.2f})."
+        )
+    return line
+
+
 def explanation_html(explanation, query_name: str, image_id: int, finding: str, key: str) -> str:
-    """The anchor explanation of one result as escaped HTML (two small tables)."""
+    """The anchor explanation of one result as escaped HTML: a plain-language line, then the
+    anchor sentences both weigh most and those that set them apart (two small tables)."""
     shared = "".join(
         f"<tr><td class='cx-text'>{esc(t.sentence)}</td>"
         f"{_weight_cell(t.query_weight)}{_weight_cell(t.result_weight)}</tr>"
@@ -183,8 +211,10 @@ def explanation_html(explanation, query_name: str, image_id: int, finding: str, 
     return (
         "<div class='cx-explanation'>"
         f"<div class='cx-details-title'>Why case {int(image_id)} is close to {esc(query_name)}"
-        f"</div><p class='cx-note'>{esc(finding)} · anchors {esc(key)} · each image's weight on "
-        "an anchor sentence is its softmax profile over the set</p>"
+        f"</div><p class='cx-plain'>{esc(plain_explanation(explanation, query_name))}</p>"
+        f"<p class='cx-note'>{esc(finding)} · anchors {esc(key)} · an image's weight on an "
+        "anchor sentence is its share of the image's softmax profile over the set (weights of "
+        "one image add up to 1)</p>"
         "<p class='cx-sub'>Anchor sentences both images weight most</p>"
         "<table class='cx-hits'><thead><tr><th>anchor sentence</th><th>query</th>"
         f"<th>result</th></tr></thead><tbody>{shared}</tbody></table>"
@@ -214,3 +244,11 @@ def placeholder(max_side: int) -> np.ndarray:
     image[idx, idx] = 48
     image[idx, max_side - 1 - idx] = 48
     return image
+
+
+def message_html(text: str | None, kind: str = "error") -> str:
+    """A message above the results (escaped): ``error`` (what to change), ``info`` or empty."""
+    if not text:
+        return ""
+    role = "alert" if kind == "error" else "status"
+    return f"<div class='cx-message cx-message-{kind}' role='{role}'>{esc(text)}</div>"
