@@ -53,8 +53,15 @@ class Gallery:
             raise ValueError(f"gallery metadata lacks columns {missing}")
         if not self.fingerprint:
             object.__setattr__(self, "fingerprint", gallery_fingerprint(self))
-        index = {int(i): row for row, i in enumerate(self.image_ids)}
-        object.__setattr__(self, "_row_of", index)
+        # id -> row by binary search over the sorted ids (a dict of a million Python ints holds
+        # ~100 MB; this holds none when the ids come sorted, as the store returns them)
+        ids = np.asarray(self.image_ids, dtype=np.int64)
+        order = None
+        if len(ids) > 1 and not np.all(ids[1:] > ids[:-1]):
+            order = np.argsort(ids, kind="stable")  # equal ids: the last row wins, as in a dict
+            ids = ids[order]
+        object.__setattr__(self, "_sorted_ids", ids)
+        object.__setattr__(self, "_sorted_rows", order)
         object.__setattr__(self, "columns", GalleryColumns(self.metadata, self.labels))
         object.__setattr__(self, "study_codes", self.columns.codes("study_uid")[0])
 
@@ -65,21 +72,32 @@ class Gallery:
     def dim(self) -> int:
         return int(self.embeddings.shape[1])
 
-    def __contains__(self, image_id: object) -> bool:
+    def _find(self, image_id: object) -> int | None:
         try:
-            return int(image_id) in self._row_of  # type: ignore[attr-defined, arg-type]
+            wanted = int(image_id)  # type: ignore[call-overload]
         except (TypeError, ValueError):
-            return False
+            return None
+        ids: np.ndarray = self._sorted_ids  # type: ignore[attr-defined]
+        if not len(ids) or not ids[0] <= wanted <= ids[-1]:
+            return None
+        position = int(np.searchsorted(ids, wanted, side="right")) - 1
+        if ids[position] != wanted:
+            return None
+        order = self._sorted_rows  # type: ignore[attr-defined]
+        return position if order is None else int(order[position])
+
+    def __contains__(self, image_id: object) -> bool:
+        return self._find(image_id) is not None
 
     def row_of(self, image_id: int) -> int:
         """Row of an image id; ValueError naming the id when it is not in this gallery."""
-        try:
-            return self._row_of[int(image_id)]  # type: ignore[attr-defined]
-        except KeyError:
+        row = self._find(image_id)
+        if row is None:
             raise ValueError(
                 f"case {image_id} is not in the archive for encoder {self.encoder_id!r}; "
                 "pick an ingested case id (see `chexretrieve search --help`)"
-            ) from None
+            )
+        return row
 
 
 class GalleryColumns:

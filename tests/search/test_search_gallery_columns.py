@@ -132,3 +132,29 @@ def test_not_equal_matches_pandas_comparison():
         for value in ("1.2.5", "h7", "absent"):
             expected = (gallery.metadata[column] != value).to_numpy()
             assert np.array_equal(gallery.columns.not_equal(column, value), expected)
+
+
+@pytest.mark.parametrize("order", ["sorted", "shuffled", "repeated"])
+def test_row_of_matches_a_dict_of_the_ids(order):
+    """Gallery.row_of / `in` by binary search equal a {id: row} dict (last row wins)."""
+    gallery = _gallery(50)
+    ids = np.arange(10, 60, dtype=np.int64) * 3
+    if order == "shuffled":
+        ids = np.random.default_rng(2).permutation(ids)
+    elif order == "repeated":
+        ids[[4, 30]] = ids[17]
+    other = Gallery(
+        "t:1", ids, gallery.embeddings, gallery.metadata.set_axis(ids), gallery.labels.set_axis(ids)
+    )
+    reference = {int(i): row for row, i in enumerate(ids)}
+    for candidate in [*ids.tolist(), 0, 31, 10**20, -5, np.int64(ids[3]), "12", "x", None, 2.0]:
+        try:
+            expected = reference.get(int(candidate))
+        except (TypeError, ValueError):
+            expected = None
+        assert (candidate in other) == (expected is not None)
+        if expected is None:
+            with pytest.raises(ValueError, match="not in the archive"):
+                other.row_of(candidate)
+        else:
+            assert other.row_of(candidate) == expected
