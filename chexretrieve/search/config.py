@@ -42,8 +42,8 @@ class SearchConfig:
     # cache files): "float32", or "float16" (half the memory and bytes scanned per search; scores
     # still accumulate in float32; ranking change measured in README "Storage precision")
     storage_dtype: str = "float32"
-    # threads one exact search scans the gallery with (contiguous row ranges of at least 32,768
-    # rows, one core each, merged: the same top k); 0 = one per CPU core
+    # threads one exact search scans the gallery with (contiguous row ranges of at least 48 MiB,
+    # one core each, merged: the same top k); 0 = one per CPU core
     scan_threads: int = 0
 
     def __post_init__(self) -> None:

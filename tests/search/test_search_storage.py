@@ -157,13 +157,12 @@ def test_relevance_feedback_score_is_the_rocchio_sum_of_scores(tmp_path, dtype):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
-def test_split_scan_returns_the_single_scan_top_k(dtype):
+def test_split_scan_returns_the_single_scan_top_k(dtype, monkeypatch):
     """threads=3: three row ranges scanned at once and merged; the same top k as one scan and as
     float64 numpy on the stored rows, with and without a mask, ties across the ranges included."""
-    from chexretrieve.search.scoring import SPLIT_MIN_ROWS
-
+    monkeypatch.setattr("chexretrieve.search.scoring.SPLIT_MIN_BYTES", 4096)
     rng = np.random.default_rng(5)
-    n = 3 * SPLIT_MIN_ROWS + 17
+    n = 3 * 4096 + 17
     rows = rng.standard_normal((n, 12)).astype(np.float32)
     rows[[5, n // 2, n - 1]] = rows[7]  # equal rows in every range
     keys = KeyMatrix.from_rows(rows, dtype)
@@ -186,12 +185,13 @@ def test_split_scan_returns_the_single_scan_top_k(dtype):
             assert tied[split_rows[: int(tied.sum())]].all()  # every tied best row comes first
 
 
-def test_service_ranks_the_same_with_a_split_scan(tmp_path):
-    """SearchConfig.scan_threads: a gallery large enough to be split ranks as with one thread,
+def test_service_ranks_the_same_with_a_split_scan(tmp_path, monkeypatch):
+    """SearchConfig.scan_threads: a gallery split into two scans ranks as with one thread,
     filters and the own-study exclusion included."""
     from chexretrieve.search.gallery import SearchFilters
 
-    gallery = _clustered_gallery(70_000, seed=4)
+    monkeypatch.setattr("chexretrieve.search.scoring.SPLIT_MIN_BYTES", 8192)
+    gallery = _clustered_gallery(3000, seed=4)
     rankings = {}
     for threads in (1, 2):
         rng = np.random.default_rng(1)
@@ -202,7 +202,7 @@ def test_service_ranks_the_same_with_a_split_scan(tmp_path):
             for request in (
                 SearchRequest(finding="Edema", geometry=geometry, case_id=case, filters=filters)
                 for geometry in ("cosine", "softmax")
-                for case in (100, 35_000, 69_999)
+                for case in (100, 1600, 3099)
                 for filters in (SearchFilters(), SearchFilters(views=("AP",)))
             )
         ]
