@@ -13,14 +13,14 @@ HNSW <= 20 ms at 1M through the service.
 
 With ``--index`` the service ranks through that ``chexretrieve.ann`` index
 (SearchConfig.index_kind; its background build, awaited here, is part of "first"), and each row
-also prints the overlap of its top 10 with the exact ranking's (mean over the timed unfiltered
-searches). With several ``--storage`` dtypes (SearchConfig.storage_dtype) every dtype is timed on
-the same queries, each row prints its p95 relative to the first dtype's, and the top-10 overlap with
-the first dtype's ranking (mean over the timed unfiltered searches). With ``--rounds R`` every
-geometry is timed in R consecutive rounds and p50 / p95 are the medians of the per-round figures (a
-scheduler stall on the shared machine then moves one round, not the result). With several
-``--scan-threads`` values (SearchConfig.scan_threads) each storage dtype is timed with each, on one
-set of cached features.
+also prints the overlap of its top 10 with the exact ranking's on the first storage dtype (mean
+over the timed unfiltered searches). With several ``--storage`` dtypes
+(SearchConfig.storage_dtype) every dtype is timed on the same queries, each row prints its p95
+relative to the first dtype's, and the top-10 overlap with the first dtype's ranking (mean over
+the timed unfiltered searches). With ``--rounds R`` every geometry is timed in R consecutive
+rounds and p50 / p95 are the medians of the per-round figures (a scheduler stall on the shared
+machine then moves one round, not the result). With several ``--scan-threads`` values
+(SearchConfig.scan_threads) each storage dtype is timed with each, on one set of cached features.
 """
 
 from __future__ import annotations
@@ -124,8 +124,7 @@ def main() -> None:
     print(header + ("  top-10 overlap" if compare else ""), flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         for size in args.sizes:
-            wanted = list(dict.fromkeys([*args.storage, *(["float32"] * (args.index != "none"))]))
-            stored = stored_galleries(synthetic_gallery(size, args.dim, rng), wanted)
+            stored = stored_galleries(synthetic_gallery(size, args.dim, rng), args.storage)
             folder = Path(tmp) / str(size)
 
             def config(storage, index, threads=0, folder: Path = folder) -> SearchConfig:
@@ -136,7 +135,7 @@ def main() -> None:
                     index_kind=index,
                     index_min_gallery=0,
                     storage_dtype=storage,
-                    memory_cache_entries=2,
+                    memory_cache_entries=1,
                     scan_threads=threads,
                 )
 
@@ -150,11 +149,13 @@ def main() -> None:
                 service.cache = caches.setdefault(storage, service.cache)  # features held once
                 services[label] = service
             reference = services[labels[0]]
-            if args.index != "none":  # the exact ranking, sharing the float32 features if held
+            if args.index != "none":  # the exact ranking of the first dtype, on its features
                 reference = SearchService(
-                    lambda g=stored["float32"]: g, anchors, config=config("float32", "none")
+                    lambda g=stored[args.storage[0]]: g,
+                    anchors,
+                    config=config(args.storage[0], "none"),
                 )
-                reference.cache = caches.get("float32", reference.cache)
+                reference.cache = caches[args.storage[0]]
             for geometry in args.geometries:
                 first = {}
                 for storage, service in services.items():
