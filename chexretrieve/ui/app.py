@@ -18,6 +18,7 @@ from chexretrieve.ui.curation_tab import build_curation_tab
 from chexretrieve.ui.evaluation_tab import build_evaluation_tab
 from chexretrieve.ui.handlers import CaseLookup
 from chexretrieve.ui.lookup_tab import build_lookup_tab
+from chexretrieve.ui.radiology_reports import ReportTexts
 from chexretrieve.ui.theme import CSS, local_theme
 
 
@@ -35,7 +36,7 @@ def build_app(
             "</p></div>"
         )
         with gr.Tabs():
-            search = build_lookup_tab(lookup, config)
+            search = build_lookup_tab(app, lookup, config)
             build_curation_tab(app, curation, lookup, search)
             build_evaluation_tab(app, lookup)
 
@@ -64,9 +65,10 @@ def open_case_lookup(config: UIConfig) -> tuple[CaseLookup, CurationDesk]:
         anchors_dir=config.anchors_dir,
         reports_dir=config.reports_dir,
         thumbnail_px=config.thumbnail_px,
-        case_list_limit=config.case_list_limit,
+        case_page_size=config.case_page_size,
         thumbnail_dir=config.feature_cache_dir / "thumbnails" if config.feature_cache_dir else None,
         audit=audit,
+        report_texts=ReportTexts(config.reports_csv),
     )
     curation = CurationDesk(config.anchors_dir, store, root.encoder, lambda: service.gallery)
     return lookup, curation

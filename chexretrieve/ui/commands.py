@@ -35,6 +35,12 @@ def serve_command(
     anchors: Path | None = typer.Option(
         None, "--anchors", help="Anchor-set folder (default: $CHEXRETRIEVE_ANCHORS or anchors/)."
     ),
+    reports_csv: list[Path] = typer.Option(
+        [],
+        "--reports-csv",
+        help="CSV with Path and Report columns: report text of archived images (repeatable; "
+        "default: a reports.csv above the archived files, as phantom archives have).",
+    ),
     index: str = typer.Option(
         "none",
         "--index",
@@ -65,6 +71,7 @@ def serve_command(
             feature_cache_dir=features,
             reports_dir=reports,
             anchors_dir=anchors,
+            reports_csv=tuple(reports_csv),
             index_kind=index,
         )
         from chexretrieve.app import ensure_port_free

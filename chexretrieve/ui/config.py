@@ -48,10 +48,15 @@ class UIConfig:
     reports_dir: Path = Path("eval/reports")
     # results shown per ranking (cosine and the anchor geometry each)
     top_k: int = 12
-    # archived cases offered in the case picker list (any id can still be typed in)
-    case_list_limit: int = 500
-    # longest side in pixels of result thumbnails (the query is shown at up to 3x this)
+    # archived cases per page of the case picker (every case is reached by paging or searching)
+    case_page_size: int = 50
+    # longest side in pixels of result thumbnails (the query preview is up to 3x this)
     thumbnail_px: int = 256
+    # longest side in pixels of the images in the compare viewer (read from the archived files)
+    viewer_px: int = 1024
+    # CSV files with a Path and a Report column giving the report text of archived images;
+    # empty = a reports.csv in a folder above the archived files (as phantom archives write)
+    reports_csv: tuple[Path, ...] = ()
     # actions waiting in the server's event queue beyond which a new one gets a busy answer
     queue_size: int = 32
     # seconds an uploaded file may stay in the server's upload folder before the purge deletes it
@@ -77,8 +82,15 @@ class UIConfig:
             raise ValueError(f"max_upload_mb must be between 1 and 2048, got {self.max_upload_mb}")
         if not 1 <= self.top_k <= 100:
             raise ValueError(f"top_k must be between 1 and 100, got {self.top_k}")
-        if self.case_list_limit < 1:
-            raise ValueError(f"case_list_limit must be at least 1, got {self.case_list_limit}")
+        if not 1 <= self.case_page_size <= 1000:
+            raise ValueError(
+                f"case_page_size must be between 1 and 1000, got {self.case_page_size}"
+            )
+        if not 256 <= self.viewer_px <= 4096:
+            raise ValueError(f"viewer_px must be between 256 and 4096, got {self.viewer_px}")
+        for path in self.reports_csv:
+            if not Path(path).is_file():
+                raise ValueError(f"reports CSV {path} does not exist or is not a file")
         if self.index_kind not in ("none", "exact", "hnsw", "ivf"):
             raise ValueError(
                 f"unknown index kind {self.index_kind!r}; choose one of: none, exact, hnsw, ivf"

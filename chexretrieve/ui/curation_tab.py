@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import gradio as gr
 
-from chexretrieve.findings import FINDINGS
+from chexretrieve.findings import FINDINGS, canonical_finding
 from chexretrieve.ui.curation import CurationDesk, sentences_html, set_as_text
-from chexretrieve.ui.events import PRIVATE, user_errors
+from chexretrieve.ui.events import PRIVATE, attempt
 from chexretrieve.ui.handlers import CaseLookup
 from chexretrieve.ui.lookup_tab import DEFAULT_FINDING, LookupTab
 from chexretrieve.ui.render import esc
@@ -54,42 +54,59 @@ def build_curation_tab(
                 cur_table = gr.HTML(elem_id="cur-table")
                 impact_md = gr.Markdown(elem_id="cur-impact-report")
 
-    @user_errors
+    def problem(text: str) -> str:
+        return f"<div class='cx-message cx-message-error' role='alert'>{esc(text)}</div>"
+
     def show_set(key):
-        if not key:
-            return "", "", ""
-        anchor_set_obj = curation.get(key)
-        return sentences_html(anchor_set_obj), set_as_text(anchor_set_obj), ""
+        def act():
+            if not key:
+                return "", "", "", gr.skip()
+            anchor_set_obj = curation.get(key)
+            return sentences_html(anchor_set_obj), set_as_text(anchor_set_obj), "", gr.skip()
 
-    @user_errors
+        return attempt(act, lambda t: (gr.skip(), gr.skip(), gr.skip(), problem(t)))
+
     def cur_finding_changed(fnd):
-        keys = curation.set_choices(fnd)
-        return gr.update(choices=keys, value=keys[0] if keys else None)
+        def act():
+            keys = curation.set_choices(fnd)
+            return gr.update(choices=keys, value=keys[0] if keys else None), ""
 
-    @user_errors
+        return attempt(act, lambda t: (gr.skip(), problem(t)))
+
     def save_version(key, text, description, search_finding):
-        saved = curation.save_edit(key, text, description)
-        status = f"Saved **{esc(saved.key)}** as `{esc(saved.path.name)}` · {esc(saved.summary)}"
-        if saved.warnings:
-            status += "\n\nWarnings: " + "; ".join(esc(w) for w in saved.warnings)
-        new_set = curation.get(saved.key)
-        keys = curation.set_choices(new_set.finding)
-        search_update = gr.skip()
-        if new_set.finding == search_finding:
-            search_keys, _ = lookup.anchor_set_choices(search_finding)
-            search_update = gr.update(choices=search_keys)
-        return (gr.update(choices=keys, value=saved.key), status,
-                sentences_html(new_set), search_update)  # fmt: skip
+        """Save; a bad line or an unchanged text is a message, the edit stays in the box."""
 
-    @user_errors
+        def act():
+            saved = curation.save_edit(key, text, description)
+            status = (
+                f"Saved **{esc(saved.key)}** as `{esc(saved.path.name)}` · {esc(saved.summary)}"
+            )
+            if saved.warnings:
+                status += "\n\nWarnings: " + "; ".join(esc(w) for w in saved.warnings)
+            new_set = curation.get(saved.key)
+            keys = curation.set_choices(new_set.finding)
+            search_update = gr.skip()
+            if new_set.finding == canonical_finding(search_finding):
+                # the search follows the rule of the CLI: the finding's latest set by default
+                search_choices, latest = lookup.anchor_set_choices(search_finding)
+                search_update = gr.update(choices=search_choices, value=latest)
+            return (gr.update(choices=keys, value=saved.key), status,
+                    sentences_html(new_set), search_update)  # fmt: skip
+
+        return attempt(act, lambda t: (gr.skip(), problem(t), gr.skip(), gr.skip()))
+
     def impact(key):
-        before = curation.previous_key(key)
-        if before is None:
-            raise ValueError(f"{key} is a first version; select an edited version to compare")
-        return curation.impact_markdown(before, key)
+        def act():
+            before = curation.previous_key(key)
+            if before is None:
+                raise ValueError(f"{key} is a first version; select an edited version to compare")
+            return curation.impact_markdown(before, key)
 
-    cur_set.change(show_set, cur_set, [cur_table, cur_edit, impact_md], **PRIVATE)
-    cur_finding.input(cur_finding_changed, cur_finding, cur_set, **PRIVATE)
+        return attempt(act, problem)
+
+    shown = [cur_table, cur_edit, impact_md, cur_status]
+    cur_set.change(show_set, cur_set, shown, **PRIVATE)
+    cur_finding.input(cur_finding_changed, cur_finding, [cur_set, cur_status], **PRIVATE)
     save_btn.click(
         save_version,
         [cur_set, cur_edit, cur_desc, search.finding],
@@ -98,4 +115,4 @@ def build_curation_tab(
     )
     impact_btn.click(impact, cur_set, impact_md, **PRIVATE)
 
-    app.load(show_set, cur_set, [cur_table, cur_edit, impact_md], **PRIVATE)
+    app.load(show_set, cur_set, shown, **PRIVATE)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import logging
 
 import gradio as gr
 
@@ -10,6 +11,10 @@ from chexretrieve.ui.render import esc
 
 #: keyword arguments of every event listener: no public API endpoint for it
 PRIVATE = {"api_visibility": "private"}
+#: what the page says when an action failed in a way no user input explains (logged in full)
+INTERNAL_ERROR = "the server could not finish this action (the error was logged); try again"
+
+log = logging.getLogger("chexretrieve.ui")
 
 
 def fail(exc: Exception) -> gr.Error:
@@ -25,6 +30,19 @@ def who(request: gr.Request | None) -> str:
         return str(request.username)
     client = getattr(request, "client", None)
     return f"anonymous@{getattr(client, 'host', None) or 'unknown'}"
+
+
+def attempt(action, on_error):
+    """``action()``; on a ValueError (bad input, unreadable file) ``on_error(its text)``, on any
+    other exception ``on_error(INTERNAL_ERROR)`` after logging it: a message on the page instead
+    of Gradio's error badges, so every widget stays where it was."""
+    try:
+        return action()
+    except ValueError as exc:
+        return on_error(str(exc))
+    except Exception:  # noqa: BLE001 - the page must survive any failure
+        log.exception("case lookup action failed")
+        return on_error(INTERNAL_ERROR)
 
 
 def user_errors(fn):

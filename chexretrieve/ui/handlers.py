@@ -1,18 +1,17 @@
 """What the case-lookup UI does, as plain Python (no Gradio): the Gradio layer only wires it up.
 
-``CaseLookup`` holds a :class:`~chexretrieve.search.service.SearchService`, the store and the
-encoder. Its methods take and return plain values (ids, arrays, strings, small dataclasses), so the
-tests drive them directly. Archived images are read on the server from their source files, rendered
-to 8-bit and handed to the browser as pixels: no file path ever leaves the server.
+``CaseLookup`` holds a :class:`~chexretrieve.search.service.SearchService` and the store. Its
+methods take and return plain values (ids, arrays, strings, small dataclasses), so the tests drive
+them directly. Archived images are read on the server and handed to the browser as pixels: no file
+path ever leaves the server. Every rejection is a ``ValueError`` whose text says what to do.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import os
-import threading
-from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,25 +21,36 @@ from chexretrieve.findings import canonical_finding
 from chexretrieve.geometry import geometry_name
 from chexretrieve.search.gallery import SearchFilters
 from chexretrieve.search.service import SearchRequest, SearchResult
-from chexretrieve.ui.render import (
-    details_html,
-    esc,
-    explanation_html,
-    format_age,
-    format_date,
-    format_text,
-    hit_caption,
-    hits_table_html,
-    placeholder,
-    thumbnail,
+from chexretrieve.ui.case_picker import (
+    PickerPage,
+    case_label,
+    gallery_page,
+    page_summary,
+    parse_case_id,
 )
+from chexretrieve.ui.radiology_reports import ReportTexts
+from chexretrieve.ui.render import details_html, esc, explanation_html, placeholder
+from chexretrieve.ui.results_html import (
+    ResultRow,
+    labels_html,
+    percentiles,
+    ranks,
+    report_html,
+    results_html,
+    similarity_legend,
+)
+from chexretrieve.ui.thumbnails import ArchiveThumbnails
+from chexretrieve.ui.upload_errors import upload_message
 
 #: the age range the filter widgets start at; a bound left at its end means "no bound" (so cases
 #: of unknown age are kept until the user narrows the range)
 AGE_ANY = (0, 120)
 
-#: the geometry always shown beside the chosen one (the anchor-free reference)
-REFERENCE_GEOMETRY = "cosine"
+#: the anchor-free geometry offered as the optional baseline column
+BASELINE_GEOMETRY = "cosine"
+
+#: progress callback of a long action: (fraction done 0..1, what is being done now)
+Progress = Callable[[float, str], None]
 
 
 @dataclass(frozen=True)
@@ -49,9 +59,9 @@ class QueryImage:
 
     # "case" (an archived image) or "upload"
     source: str
-    # how the query is named on screen ("case 12", "uploaded image")
+    # how the query is named on screen ("case 12", "the uploaded image")
     name: str
-    # display pixels, float32 in [0, 1], at most ~3 thumbnails wide (for windowing on screen)
+    # display pixels, float32 in [0, 1], at most ~3 thumbnails wide (the query preview)
     pixels: np.ndarray
     # PHI-minimal metadata (see render.DETAIL_FIELDS); raw values, escaped when shown
     metadata: dict
@@ -61,6 +71,16 @@ class QueryImage:
     embedding: np.ndarray | None = None
     # what the reader tolerated (shown under the details)
     notes: tuple[str, ...] = ()
+    # every finding's label of an archived case (None = not labelled / an upload)
+    labels: dict | None = None
+    # report text of an archived case, when the archive has reports
+    report: str | None = None
+    # an upload's pixel values for the compare viewer (archived cases are read on demand)
+    values: object | None = None
+    # an upload's StudyInstanceUID and pixel hash: archived images of that study or with the
+    # same pixels are never results (the query's own study)
+    study_uid: str | None = None
+    pixel_sha256: str | None = None
 
 
 @dataclass(frozen=True)
@@ -78,18 +98,24 @@ class SearchSettings:
 
 
 @dataclass(frozen=True)
-class RankingView:
+class ResultsPage:
     """One ranking ready for the screen."""
 
-    # plain-text heading
-    title: str
-    # (8-bit thumbnail, plain caption) per result, best first
-    items: list[tuple[np.ndarray, str]]
-    # image id of each item
-    image_ids: tuple[int, ...]
-    # escaped HTML table of the results
-    table_html: str
+    # the search under the chosen geometry (as audited)
     result: SearchResult
+    # the results with percentiles, thumbnails, reports and the optional baseline
+    rows: tuple[ResultRow, ...]
+    # plain-text heading and legend
+    title: str
+    legend: str
+    # escaped HTML of the cards, the table and the legend
+    html: str
+    # whether the cosine baseline column is shown
+    baseline: bool = False
+
+    @property
+    def image_ids(self) -> tuple[int, ...]:
+        return tuple(int(r.hit.image_id) for r in self.rows)
 
 
 def parse_filters(
@@ -130,7 +156,7 @@ def parse_filters(
     )
 
 
-class CaseLookup:
+class CaseLookup(ArchiveThumbnails):
     """The UI's actions over one archive (one store, one encoder)."""
 
     def __init__(
@@ -140,13 +166,15 @@ class CaseLookup:
         anchors_dir: Path | None = None,
         reports_dir: Path = Path("eval/reports"),
         thumbnail_px: int = 256,
-        case_list_limit: int = 500,
+        case_page_size: int = 50,
         read_config=None,
         thumbnail_cache: int = 1024,
         read_threads: int = 2,
         thumbnail_dir: Path | None = None,
         audit=None,
+        report_texts: ReportTexts | None = None,
     ):
+        super().__init__(thumbnail_px, read_config, thumbnail_cache, read_threads, thumbnail_dir)
         self.service = service
         # optional chexretrieve.audit.AuditLog: archived studies opened on screen are recorded
         # (searches are recorded by the search service itself)
@@ -154,137 +182,92 @@ class CaseLookup:
         self.store = store
         self.anchors_dir = anchors_dir
         self.reports_dir = Path(reports_dir)
-        self.thumbnail_px = thumbnail_px
-        self.case_list_limit = case_list_limit
-        self.read_config = read_config
-        self._thumbs: OrderedDict[int, np.ndarray] = OrderedDict()
-        self._thumb_capacity = thumbnail_cache
-        self.read_threads = read_threads
-        # thumbnails persisted between runs (server-side only; None = memory only)
-        self.thumbnail_dir = Path(thumbnail_dir) if thumbnail_dir is not None else None
+        self.case_page_size = case_page_size
+        self.report_texts = report_texts or ReportTexts()
 
     # ---------------------------------------------------------------------------- archive
     @property
     def gallery(self):
         return self.service.gallery
 
-    def case_choices(self) -> list[tuple[str, int]]:
-        """(label, image id) of the first archived cases, PHI-minimal labels."""
-        gallery = self.gallery
-        meta = gallery.metadata
-        out = []
-        for image_id in gallery.image_ids[: self.case_list_limit]:
-            m = meta.loc[int(image_id)]
-            label = (
-                f"case {int(image_id)} · {format_text(m.get('view_position'))} · "
-                f"{format_text(m.get('patient_sex'))} {format_age(m.get('patient_age_years'))} · "
-                f"{format_date(m.get('study_date'))}"
-            )
-            out.append((label, int(image_id)))
-        return out
-
-    def view_choices(self) -> list[str]:
-        views = self.gallery.metadata["view_position"].dropna().astype(str).str.upper()
-        return sorted(v for v in views.unique() if v.strip())
-
     def _metadata(self, image_id: int) -> dict:
         gallery = self.service.gallery_containing(image_id)  # a result ingested a moment ago
         gallery.row_of(image_id)  # ValueError naming the id when unknown
         return gallery.metadata.loc[int(image_id)].to_dict()
 
-    def _read_archived(self, image_id: int) -> np.ndarray | None:
-        """Display pixels (float32 [0, 1]) of an archived image read from its source file."""
-        from chexretrieve.dicom import read_radiograph
+    def labels_of(self, image_id: int) -> dict:
+        gallery = self.service.gallery_containing(image_id)
+        return gallery.labels.loc[int(image_id)].to_dict()
 
-        path = self._metadata(image_id).get("source_path")
-        if not isinstance(path, str) or not path or not os.path.isfile(path):
-            return None
-        try:
-            return read_radiograph(path, self.read_config).pixels
-        except ValueError:
-            return None
+    def report_of(self, image_id: int) -> str | None:
+        return self.report_texts.report_for(self._metadata(image_id).get("source_path"))
 
-    def _thumbnail_file(self, image_id: int) -> Path | None:
-        """Where a thumbnail persists: named by id, pixel hash and size (never stale)."""
-        if self.thumbnail_dir is None:
-            return None
-        digest = self._metadata(image_id).get("pixel_sha256")
-        if not isinstance(digest, str) or not digest:
-            return None
-        return self.thumbnail_dir / f"{image_id}-{digest[:16]}-{self.thumbnail_px}.png"
+    def view_choices(self) -> list[str]:
+        views = self.gallery.metadata["view_position"].dropna().astype(str).str.upper()
+        return sorted(v for v in views.unique() if v.strip())
 
-    def _stored_thumbnails(self, image_ids: list[int]) -> dict[int, np.ndarray]:
-        """Thumbnails written at ingest (``Store.read_thumbnails``, one query), at most
-        ``thumbnail_px``; images without one (an older store) are left to ``_render_thumbnail``."""
-        if self.store is None or not image_ids:
-            return {}
-        from chexretrieve.dicom import thumbnail_pixels
+    def case_page(
+        self, text: str | None = None, finding: str | None = None, status: str | None = None,
+        page: int = 0,
+    ) -> PickerPage:  # fmt: skip
+        """One page of the case picker: cases whose id or accession number starts with ``text``,
+        whose ``finding`` label has ``status`` ("any"/None = every case), with their labels."""
+        text = (text or "").strip()
+        status = None if status in (None, "", "any") else status
+        finding = canonical_finding(finding) if finding else None
+        size = self.case_page_size
+        page = max(0, int(page or 0))
+        gallery = self.gallery
+        for _ in range(2):  # a page past the end (the archive shrank, a narrower filter): last one
+            if self.store is not None:
+                found = self.store.find_cases(
+                    text or None, finding if status else None, status, gallery.encoder_id,
+                    offset=page * size, limit=size,
+                )  # fmt: skip
+                total = found.total
+                rows = [
+                    (c.image_id, dataclasses.asdict(c), c.labels.get(finding)) for c in found.cases
+                ]
+            else:
+                total, rows = gallery_page(gallery, text, finding, status, page * size, size)
+            pages = max(1, -(-total // size))
+            if page < pages:
+                break
+            page = pages - 1
+        choices = [(case_label(i, meta, finding, label), int(i)) for i, meta, label in rows]
+        summary = page_summary(total, page, size, text, status)
+        return PickerPage(choices, summary, page, pages, total)
 
-        found = {}
-        for image_id, png in self.store.read_thumbnails(image_ids).items():
-            try:
-                found[image_id] = thumbnail(thumbnail_pixels(png), self.thumbnail_px)
-            except ValueError:
-                continue  # a damaged one: rendered from the file instead
-        return found
+    def case_choices(self) -> list[tuple[str, int]]:
+        """(label, image id) of the picker's first page (PHI-minimal labels)."""
+        return self.case_page().choices
 
-    def _render_thumbnail(self, image_id: int) -> np.ndarray:
-        from PIL import Image
-
-        from chexretrieve.dicom import render_for_display
-
-        stored = self._stored_thumbnails([image_id]).get(image_id)
-        if stored is not None:
-            return stored
-        path = self._thumbnail_file(image_id)
-        if path is not None and path.is_file():
-            try:
-                with Image.open(path, formats=["PNG"]) as image:
-                    return np.asarray(image.convert("L"))
-            except (OSError, ValueError):
-                pass  # a damaged cache file is rendered again and replaced
-        pixels = self._read_archived(image_id)
-        if pixels is None:
-            return placeholder(self.thumbnail_px)
-        thumb = thumbnail(render_for_display(pixels), self.thumbnail_px)
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".tmp{os.getpid()}-{threading.get_ident()}")
-            Image.fromarray(thumb).save(tmp, format="PNG")
-            os.replace(tmp, path)
-        return thumb
-
-    def _remember_thumbnail(self, image_id: int, thumb: np.ndarray) -> None:
-        self._thumbs[image_id] = thumb
-        while len(self._thumbs) > self._thumb_capacity:
-            self._thumbs.popitem(last=False)
-
-    def case_thumbnail(self, image_id: int) -> np.ndarray:
-        """8-bit thumbnail of an archived case (cached; a placeholder when unreadable)."""
-        image_id = int(image_id)
-        if image_id in self._thumbs:
-            self._thumbs.move_to_end(image_id)
-            return self._thumbs[image_id]
-        thumb = self._render_thumbnail(image_id)
-        self._remember_thumbnail(image_id, thumb)
-        return thumb
-
-    def prefetch_thumbnails(self, image_ids) -> None:
-        """Read the thumbnails not yet cached, each once, in ``read_threads`` threads."""
-        missing = list(dict.fromkeys(int(i) for i in image_ids if int(i) not in self._thumbs))
-        stored = self._stored_thumbnails(missing)
-        for image_id, thumb in stored.items():
-            self._remember_thumbnail(image_id, thumb)
-        missing = [i for i in missing if i not in stored]
-        if not missing:
-            return
-        if self.read_threads <= 1 or len(missing) == 1:
-            rendered = [self._render_thumbnail(i) for i in missing]
-        else:
-            with ThreadPoolExecutor(self.read_threads) as pool:
-                rendered = list(pool.map(self._render_thumbnail, missing))
-        for image_id, thumb in zip(missing, rendered, strict=True):
-            self._remember_thumbnail(image_id, thumb)
+    def resolve_case(self, text: object) -> int:
+        """The image id a typed case id or accession number names; ValueError otherwise."""
+        number = parse_case_id(text)
+        if number is not None:
+            return number
+        accession = str(text).strip()
+        if self.store is None:
+            raise ValueError(f"no case with id or accession number {accession!r}")
+        page = self.store.find_cases(accession, encoder_id=self.gallery.encoder_id, limit=50)
+        exact = [
+            c.image_id
+            for c in page.cases
+            if (c.accession_number or "").upper() == accession.upper()
+        ]
+        if len(exact) == 1:
+            return int(exact[0])
+        if exact:
+            listed = ", ".join(str(i) for i in exact[:8])
+            raise ValueError(
+                f"that accession number holds {len(exact)} images (cases {listed}): "
+                "type one case id"
+            )
+        raise ValueError(
+            f"no case with id or accession number {accession!r}; "
+            "browse the list or check the number"
+        )
 
     # ------------------------------------------------------------------------------ query
     def _display_pixels(self, pixels: np.ndarray) -> np.ndarray:
@@ -303,13 +286,21 @@ class CaseLookup:
         return np.clip(resized, 0.0, 1.0)
 
     def load_case(self, image_id: int | float | str | None, user: str | None = None) -> QueryImage:
-        """The archived case ``image_id`` as the query; ValueError when it is not archived."""
-        if image_id is None or str(image_id).strip() == "":
-            raise ValueError("enter an archived case id or pick one from the list")
-        try:
-            image_id = int(float(image_id))
-        except ValueError:
-            raise ValueError(f"case id must be a whole number, not {image_id!r}") from None
+        """The archived case ``image_id`` (a case id, or an accession number naming one image) as
+        the query; ValueError when it is not a whole number or not archived."""
+        if isinstance(image_id, float) and not float(image_id).is_integer():
+            raise ValueError(f"a case id is a whole number such as 12, not {image_id!r}")
+        if isinstance(image_id, int | np.integer | float):
+            image_id = str(int(image_id))
+        image_id = self.resolve_case(image_id)
+        gallery = self.service.gallery_containing(image_id)
+        if image_id not in gallery:
+            ids = gallery.image_ids
+            known = f"ids {int(ids.min())}–{int(ids.max())}" if len(ids) else "no cases"
+            raise ValueError(
+                f"there is no case {image_id} in this archive ({len(ids):,} cases, {known}); "
+                "type another id or browse the list"
+            )
         meta = self._metadata(image_id)
         if self.audit is not None:
             self.audit.view(user, image_id, meta.get("study_uid"), what="query")
@@ -325,20 +316,29 @@ class CaseLookup:
             metadata=meta,
             case_id=image_id,
             notes=notes,
+            labels=self.labels_of(image_id),
+            report=self.report_texts.report_for(meta.get("source_path")),
         )
 
-    def load_upload(self, path: str | os.PathLike[str] | None, delete: bool = True) -> QueryImage:
+    def load_upload(
+        self, path: str | os.PathLike[str] | None, delete: bool = True, viewer_px: int = 1024
+    ) -> QueryImage:
         """An uploaded DICOM / PNG / JPEG as the query, embedded now.
 
         ``delete`` removes the uploaded temporary file once read, so patient data does not
-        linger on the server. Unreadable files raise ValueError (``RejectedFile``) with the reason.
+        linger on the server. An unreadable file raises ValueError saying what is wrong with the
+        upload (never the archive's advice of ingest).
         """
-        from chexretrieve.dicom import read_radiograph
+        from chexretrieve.dicom import RejectedFile, read_pixel_values, read_radiograph
 
         if path is None:
             raise ValueError("choose a DICOM, PNG or JPEG file to upload")
+        name = Path(path).name
         try:
             radiograph = read_radiograph(path, self.read_config)
+            values = read_pixel_values(path, self.read_config, viewer_px)
+        except RejectedFile as exc:
+            raise ValueError(upload_message(name, exc.reason, exc.message)) from None
         finally:
             if delete:
                 try:
@@ -371,43 +371,45 @@ class CaseLookup:
             metadata=meta,
             embedding=embedding,
             notes=tuple(radiograph.warnings),
+            values=values,
+            study_uid=m.study_uid if m.source_format == "dicom" else None,
+            pixel_sha256=radiograph.pixel_sha256,
         )
 
     @staticmethod
-    def render_query(query: QueryImage | None, center: float = 0.5, width: float = 1.0):
-        """The query's 8-bit display pixels under a window (display units, fractions of 0..1)."""
+    def render_query(query: QueryImage | None):
+        """The query's 8-bit preview (its default display)."""
         from chexretrieve.dicom import render_for_display
 
-        if query is None:
-            return None
-        return render_for_display(query.pixels, center, max(float(width), 1e-3))
+        return None if query is None else render_for_display(query.pixels)
 
     @staticmethod
-    def query_details(query: QueryImage | None) -> str:
+    def query_details(query: QueryImage | None, finding: str | None = None) -> str:
+        """Escaped HTML: the query's PHI-minimal details, labels and report."""
         if query is None:
             return "<p class='cx-note'>No query yet: pick an archived case or upload an image.</p>"
-        title = f"Query: {query.name}"
-        return details_html(title, query.metadata, query.notes)
+        html = details_html(f"Query: {query.name}", query.metadata, query.notes)
+        if query.source == "upload":
+            return html + "<p class='cx-note'>An upload has no labels or report here.</p>"
+        return (
+            html + "<p class='cx-sub'>Labels</p>" + labels_html(query.labels, finding)
+            + "<p class='cx-sub'>Report</p>" + report_html(query.report)
+        )  # fmt: skip
 
     # ----------------------------------------------------------------------------- search
-    def anchor_set_choices(self, finding: str) -> tuple[list[str], str]:
-        """Every version of the finding's anchor sets (newest first) and the default (latest)."""
+    def anchor_set_choices(self, finding: str) -> tuple[list[tuple[str, str]], str]:
+        """Every version of the finding's anchor sets ((label, key), each variant newest first)
+        and the default: the finding's latest set, the rule search uses when none is named."""
         from chexretrieve.anchors import find_anchor_sets, latest_anchor_set
 
         finding = canonical_finding(finding)
         sets = find_anchor_sets(self.anchors_dir, finding=finding)
         keys = [s.key for s in sorted(sets, key=lambda s: (s.variant or "", -s.version))]
         default = latest_anchor_set(finding, root=self.anchors_dir).key
-        return keys, default
+        return [(f"{k} · latest" if k == default else k, k) for k in keys], default
 
-    def _request(
-        self,
-        query: QueryImage,
-        settings: SearchSettings,
-        geometry: str,
-        relevant=(),
-        not_relevant=(),
-    ):
+    def _request(self, query: QueryImage, settings: SearchSettings, geometry: str,
+                 relevant=(), not_relevant=()) -> SearchRequest:  # fmt: skip
         return SearchRequest(
             finding=settings.finding,
             geometry=geometry,
@@ -419,6 +421,8 @@ class CaseLookup:
             filters=settings.filters,
             relevant=tuple(int(i) for i in relevant),
             not_relevant=tuple(int(i) for i in not_relevant),
+            query_study_uid=query.study_uid if query.source == "upload" else None,
+            query_pixel_sha256=query.pixel_sha256 if query.source == "upload" else None,
         )
 
     def search(
@@ -428,38 +432,64 @@ class CaseLookup:
         relevant=(),
         not_relevant=(),
         user: str | None = None,
-    ) -> tuple[RankingView, RankingView]:
-        """(cosine ranking, ranking under the chosen geometry), with feedback applied to both."""
+        selected: int | None = None,
+        baseline: bool = False,
+        progress: Progress | None = None,
+    ) -> ResultsPage:
+        """One ranking under the chosen geometry (feedback applied), each result with its
+        percentile among the candidates and, with ``baseline``, its rank under plain cosine.
+        ``progress`` hears each step as it starts (a first use fits the geometry: the slow part)."""
+        step = progress or (lambda fraction, what: None)
         if query is None:
-            raise ValueError("pick an archived case or upload an image first")
-        geometry_name(settings.geometry)  # ValueError naming the valid ones (either spelling)
-        results = [
-            self.service.search(
-                self._request(query, settings, geometry, relevant, not_relevant), user=user
+            raise ValueError("no query yet: pick an archived case or upload an image, then search")
+        name = geometry_name(settings.geometry)  # ValueError naming the valid ones
+        finding = canonical_finding(settings.finding)
+        request = self._request(query, settings, name.name, relevant, not_relevant)
+        if name.needs_anchors:
+            step(0.05, f"Embedding the anchor sentences of {finding}")
+            self.service.anchors.anchor_set(finding, settings.anchor_set or None)
+        size = len(self.gallery)
+        step(0.2, f"{name.display}: fitting to the anchors and scoring {size:,} cases "
+                  "(slow only the first time)")  # fmt: skip
+        scores, eligible = self.service.gallery_scores(request)
+        step(0.6, "Ranking")
+        result = self.service.search(request, user=user)
+        gallery = self.service.gallery_containing(*(h.image_id for h in result.hits))
+        hit_rows = [gallery.row_of(h.image_id) for h in result.hits]
+        if len(scores) != len(gallery):  # the gallery grew between the two calls (ingest)
+            scores, eligible = self.service.gallery_scores(request)
+        shown_baseline = bool(baseline) and name.kind != BASELINE_GEOMETRY
+        base_ranks = base_pct = [None] * len(hit_rows)
+        if shown_baseline:
+            step(0.7, "Cosine baseline")
+            base = dataclasses.replace(request, geometry=BASELINE_GEOMETRY)
+            cos_scores, cos_eligible = self.service.gallery_scores(base)
+            base_ranks = ranks(cos_scores, cos_eligible, hit_rows)
+            base_pct = percentiles(cos_scores, cos_eligible, hit_rows)
+        step(0.8, "Thumbnails")
+        self.prefetch_thumbnails(h.image_id for h in result.hits)
+        pct = percentiles(scores, eligible, hit_rows)
+        rows = tuple(
+            ResultRow(
+                hit=hit,
+                percentile=pct[i],
+                thumbnail_uri=self.thumbnail_uri(hit.image_id),
+                report=self.report_texts.report_for(hit.metadata.get("source_path")),
+                baseline_rank=base_ranks[i],
+                baseline_percentile=base_pct[i],
             )
-            for geometry in (REFERENCE_GEOMETRY, settings.geometry)
-        ]
-        self.prefetch_thumbnails(h.image_id for result in results for h in result.hits)
-        cos, geo = (self._view(result, relevant, not_relevant) for result in results)
-        return cos, geo
-
-    def _view(self, result: SearchResult, relevant, not_relevant) -> RankingView:
-        finding = result.finding
-        items = [
-            (self.case_thumbnail(h.image_id), hit_caption(h, relevant, not_relevant))
-            for h in result.hits
-        ]
-        if result.geometry == REFERENCE_GEOMETRY:
-            title = f"no anchors · {result.candidates} candidates"
-        else:
-            title = f"{result.geometry} · {result.anchor_set} · {result.candidates} candidates"
-        return RankingView(
-            title=title,
-            items=items,
-            image_ids=tuple(h.image_id for h in result.hits),
-            table_html=hits_table_html(result.hits, finding, relevant, not_relevant),
-            result=result,
+            for i, hit in enumerate(result.hits)
         )
+        anchors = f" · anchors {result.anchor_set}" if name.needs_anchors else " · no anchors"
+        title = (
+            f"{finding} · {name.display}{anchors} · {result.candidates:,} candidate cases · "
+            f"query: {query.name}"
+        )
+        legend = similarity_legend(name.display, result.candidates, shown_baseline)
+        html = results_html(list(rows), title, finding, legend, selected, relevant, not_relevant,
+                            shown_baseline)  # fmt: skip
+        step(1.0, "Done")
+        return ResultsPage(result, rows, title, legend, html, shown_baseline)
 
     def explain(self, query: QueryImage | None, settings: SearchSettings, image_id: int) -> str:
         """Escaped HTML: the anchor sentences that make the query and the result close."""
@@ -467,18 +497,32 @@ class CaseLookup:
             raise ValueError("pick a query first")
         request = self._request(query, settings, settings.geometry)
         explanation = self.service.explain(request, int(image_id))
-        key = self.service.anchors.anchor_set(
-            canonical_finding(settings.finding), settings.anchor_set or None
-        ).key
-        return explanation_html(
-            explanation, query.name, int(image_id), canonical_finding(settings.finding), key
-        )
+        finding = canonical_finding(settings.finding)
+        key = self.service.anchors.anchor_set(finding, settings.anchor_set or None).key
+        html = explanation_html(explanation, query.name, int(image_id), finding, key)
+        if not geometry_name(settings.geometry).needs_anchors:
+            html += (
+                "<p class='cx-note'>Cosine ranked these results without anchors; the sentences "
+                f"above show how the {esc(finding)} anchor set sees the pair.</p>"
+            )
+        return html
 
-    def result_details(self, image_id: int, user: str | None = None) -> str:
-        meta = self._metadata(int(image_id))
-        if self.audit is not None:
-            self.audit.view(user, int(image_id), meta.get("study_uid"), what="details")
-        return details_html(f"Result: case {int(image_id)}", meta)
+    def result_details(
+        self, image_id: int, user: str | None = None, finding: str | None = None,
+        what: str | None = "details",
+    ) -> str:  # fmt: skip
+        """Escaped HTML: a result's details, labels and report, recorded as a view ``what``
+        (None: not recorded, for a panel beside a view recorded already)."""
+        image_id = int(image_id)
+        meta = self._metadata(image_id)
+        if self.audit is not None and what is not None:
+            self.audit.view(user, image_id, meta.get("study_uid"), what=what)
+        return (
+            details_html(f"Result: case {image_id}", meta)
+            + "<p class='cx-sub'>Labels</p>" + labels_html(self.labels_of(image_id), finding)
+            + "<p class='cx-sub'>Report</p>"
+            + report_html(self.report_texts.report_for(meta.get("source_path")))
+        )  # fmt: skip
 
     @staticmethod
     def feedback_text(relevant, not_relevant) -> str:
@@ -486,4 +530,4 @@ class CaseLookup:
             return "No feedback yet: select a result, then mark it relevant or not relevant."
         rel = ", ".join(str(i) for i in sorted(relevant)) or "none"
         non = ", ".join(str(i) for i in sorted(not_relevant)) or "none"
-        return f"Relevant: {esc(rel)} · not relevant: {esc(non)} (both rankings re-ranked)"
+        return f"Relevant: {esc(rel)} · not relevant: {esc(non)} (the ranking is re-ranked)"

@@ -1,5 +1,10 @@
-"""The "Case lookup" tab: query panel (archived case or upload), search settings, the two
-rankings, relevance feedback and the explanation of a selected result."""
+"""The "Case lookup" tab: the query panel (case picker, case id, upload), the search settings, one
+ranking, relevance feedback, the explanation of a selected result and the compare viewer.
+
+Every handler answers a failure with a message above the results (``#lookup-message``) and leaves
+the widgets as they were: no Gradio error badge ever replaces a widget. A new query clears the old
+results, the selection, the feedback and the window.
+"""
 
 from __future__ import annotations
 
@@ -8,42 +13,30 @@ from dataclasses import dataclass
 import gradio as gr
 
 from chexretrieve.findings import FINDINGS
-from chexretrieve.search.features import GEOMETRY_CHOICES
+from chexretrieve.geometry import GEOMETRIES, geometry_name
+from chexretrieve.ui.case_picker import STATUS_CHOICES
+from chexretrieve.ui.compare import CompareViewer
 from chexretrieve.ui.config import UIConfig
-from chexretrieve.ui.events import PRIVATE, fail, who
+from chexretrieve.ui.events import PRIVATE, attempt, who
 from chexretrieve.ui.handlers import AGE_ANY, CaseLookup, SearchSettings, parse_filters
-from chexretrieve.ui.render import esc
+from chexretrieve.ui.page_scripts import RESULTS_JS
+from chexretrieve.ui.render import message_html
+from chexretrieve.ui.viewer import DEFAULT_PRESET
+from chexretrieve.ui.viewer_panel import build_viewer_panel, wire_viewer_panel
 
 DEFAULT_FINDING = "Pleural Effusion"
 NO_SELECTION = (
-    "<p class='cx-note'>Select a result in either ranking to see which anchor sentences make it "
-    "close to the query.</p>"
+    "<p class='cx-note'>Click a result to compare it with the query side by side and to see "
+    "which anchor sentences make it close.</p>"
+)
+NO_RESULTS = (
+    "<div class='cx-results'><p class='cx-empty'>No results yet: open an archived case or upload "
+    "an image; its most similar prior cases appear here.</p></div>"
 )
 UPLOAD_TYPES = [".dcm", ".dicom", ".dic", ".png", ".jpg", ".jpeg"]
-
-
-def _ranking_title(kind: str, title: str) -> str:
-    return f"<div class='cx-ranking-title'><b>{esc(kind)}</b> · {esc(title)}</div>"
-
-
-def _ranking_column(prefix: str) -> tuple[gr.HTML, gr.Gallery, gr.HTML]:
-    """Title, thumbnail gallery and table of one ranking (cosine or the anchor geometry), with
-    elem_ids ``{prefix}-title``, ``{prefix}-gallery`` and ``{prefix}-table``."""
-    with gr.Column(min_width=320):
-        title = gr.HTML(elem_id=f"{prefix}-title")
-        gallery = gr.Gallery(
-            show_label=False,
-            columns=4,
-            height=400,
-            object_fit="contain",
-            allow_preview=False,
-            format="png",
-            buttons=[],
-            elem_classes=["cx-results"],
-            elem_id=f"{prefix}-gallery",
-        )
-        table = gr.HTML(elem_id=f"{prefix}-table")
-    return title, gallery, table
+COSINE_NOTE = "Cosine ignores the finding and the anchors (the finding's labels are still shown)."
+GEOMETRY_OPTIONS = [(g.display if g.needs_anchors else "Cosine (no anchors)", g.name)
+                    for g in GEOMETRIES]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -56,77 +49,107 @@ class LookupTab:
     anchor_set: gr.Dropdown
 
 
-def build_lookup_tab(lookup: CaseLookup, config: UIConfig) -> LookupTab:
+def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> LookupTab:
     """Lay out the tab and wire its events (call inside ``gr.Blocks``)."""
-    anchor_keys, anchor_default = lookup.anchor_set_choices(DEFAULT_FINDING)
+    viewer = CompareViewer(lookup, config.viewer_px)
+    anchor_choices, anchor_default = lookup.anchor_set_choices(DEFAULT_FINDING)
+    first_page = lookup.case_page(finding=DEFAULT_FINDING)
     with gr.Tab("Case lookup", id="lookup"):
         query_state = gr.State(None)
-        ids_state = gr.State(((), ()))  # image ids shown in (cosine, anchor) galleries
+        ids_state = gr.State(())  # image ids of the ranking on screen, best first
         selected_state = gr.State(None)  # image id of the selected result
         relevant_state = gr.State(())
         not_relevant_state = gr.State(())
-        with gr.Row(equal_height=False):
-            with gr.Column(scale=1, min_width=300):
-                case_pick = gr.Dropdown(
-                    choices=lookup.case_choices(),
-                    value=None,
-                    label="Archived case",
-                    info="Type to filter; the first cases of the archive are listed.",
-                    elem_id="case-pick",
-                )
-                with gr.Row():
-                    case_id = gr.Number(
-                        label="…or any case id", precision=0, elem_id="case-id", scale=3
+        page_state = gr.State(0)  # page of the case picker
+        with gr.Row(equal_height=False, elem_classes=["cx-lookup"]):
+            with gr.Column(scale=1, min_width=300, elem_classes=["cx-query-panel"]):
+                with gr.Row(equal_height=True):
+                    case_id = gr.Textbox(
+                        label="Case id or accession",
+                        placeholder="e.g. 12",
+                        elem_id="case-id",
+                        scale=3,
+                        min_width=150,
                     )
-                    load_btn = gr.Button("Load", size="md", scale=1, elem_id="load-case")
+                    load_btn = gr.Button(
+                        "Open", size="md", scale=1, min_width=70, elem_id="load-case"
+                    )
+                with gr.Accordion(
+                    f"Browse the archive ({first_page.total:,} cases)", open=False,
+                    elem_id="browse",
+                ):  # fmt: skip
+                    with gr.Row(equal_height=True):
+                        pick_text = gr.Textbox(
+                            label="Id or accession starts with",
+                            elem_id="pick-text",
+                            scale=2,
+                            min_width=120,
+                        )
+                        pick_status = gr.Dropdown(
+                            list(STATUS_CHOICES),
+                            value="any",
+                            label="Label of the finding",
+                            elem_id="pick-status",
+                            scale=2,
+                            min_width=120,
+                        )
+                    case_pick = gr.Dropdown(
+                        choices=first_page.choices,
+                        value=None,
+                        label="Cases",
+                        info=first_page.summary,
+                        elem_id="case-pick",
+                    )
+                    with gr.Row():
+                        prev_btn = gr.Button("◀ Previous", size="sm", elem_id="pick-prev")
+                        next_btn = gr.Button("Next ▶", size="sm", elem_id="pick-next")
                 upload = gr.File(
-                    label="…or upload a DICOM / PNG / JPEG",
+                    label="Or upload a DICOM / PNG / JPEG",
                     file_types=UPLOAD_TYPES,
                     type="filepath",
-                    height=110,
+                    height=120,
                     elem_id="upload",
                 )
                 query_image = gr.Image(
-                    label="Query",
+                    show_label=False,
                     type="numpy",
                     image_mode="L",
                     format="png",
                     interactive=False,
-                    buttons=["fullscreen"],
-                    height=340,
+                    buttons=[],
+                    height=260,
                     elem_id="query-image",
                 )
-                center = gr.Slider(
-                    0.0, 1.0, 0.5, step=0.01, label="Window centre", elem_id="win-center"
-                )
-                width = gr.Slider(
-                    0.05, 1.0, 1.0, step=0.01, label="Window width", elem_id="win-width"
+                open_query_btn = gr.Button(
+                    "Open the query in the compare viewer", size="sm", elem_id="open-query"
                 )
                 query_info = gr.HTML(CaseLookup.query_details(None), elem_id="query-info")
-            with gr.Column(scale=3):
-                with gr.Row():
+            with gr.Column(scale=3, min_width=600):
+                message = gr.HTML(elem_id="lookup-message")
+                with gr.Row(equal_height=True):
                     finding = gr.Dropdown(
-                        list(FINDINGS),
-                        value=DEFAULT_FINDING,
-                        label="Finding",
-                        elem_id="finding",
+                        list(FINDINGS), value=DEFAULT_FINDING, label="Finding", elem_id="finding"
                     )
                     anchor_set = gr.Dropdown(
-                        anchor_keys,
+                        anchor_choices,
                         value=anchor_default,
                         label="Anchor set version",
                         elem_id="anchor-set",
                     )
                     geometry = gr.Dropdown(
-                        list(GEOMETRY_CHOICES),
-                        value="softmax",
-                        label="Geometry",
-                        elem_id="geometry",
+                        GEOMETRY_OPTIONS, value="softmax", label="Geometry", elem_id="geometry"
                     )
+                with gr.Row(equal_height=True):
                     free_text = gr.Textbox(
                         label="Free text (optional)",
                         placeholder="e.g. small left effusion",
                         elem_id="free-text",
+                    )
+                    baseline = gr.Checkbox(
+                        label="Cosine baseline column", elem_id="baseline", scale=0, min_width=220
+                    )
+                    search_btn = gr.Button(
+                        "Search", variant="primary", elem_id="search", scale=0, min_width=140
                     )
                 with gr.Accordion("Filters", open=False, elem_id="filters"):
                     with gr.Row():
@@ -134,44 +157,30 @@ def build_lookup_tab(lookup: CaseLookup, config: UIConfig) -> LookupTab:
                             lookup.view_choices(), label="View", elem_id="f-views"
                         )
                         sex = gr.Radio(
-                            ["any", "F", "M", "O"],
-                            value="any",
-                            label="Sex",
-                            elem_id="f-sex",
+                            ["any", "F", "M", "O"], value="any", label="Sex", elem_id="f-sex"
                         )
                         age_min = gr.Number(
-                            AGE_ANY[0],
-                            label="Age from",
-                            minimum=AGE_ANY[0],
-                            maximum=AGE_ANY[1],
-                            elem_id="f-age-min",
-                        )
+                            AGE_ANY[0], label="Age from", minimum=AGE_ANY[0],
+                            maximum=AGE_ANY[1], elem_id="f-age-min",
+                        )  # fmt: skip
                         age_max = gr.Number(
-                            AGE_ANY[1],
-                            label="Age to",
-                            minimum=AGE_ANY[0],
-                            maximum=AGE_ANY[1],
-                            elem_id="f-age-max",
-                        )
+                            AGE_ANY[1], label="Age to", minimum=AGE_ANY[0],
+                            maximum=AGE_ANY[1], elem_id="f-age-max",
+                        )  # fmt: skip
                     with gr.Row():
                         date_from = gr.Textbox(
-                            label="Study date from",
-                            placeholder="YYYY-MM-DD",
+                            label="Study date from", placeholder="YYYY-MM-DD",
                             elem_id="f-date-from",
-                        )
+                        )  # fmt: skip
                         date_to = gr.Textbox(
-                            label="Study date to",
-                            placeholder="YYYY-MM-DD",
+                            label="Study date to", placeholder="YYYY-MM-DD",
                             elem_id="f-date-to",
-                        )
+                        )  # fmt: skip
                         label_known = gr.Checkbox(
                             label="Only cases labelled for the finding",
                             elem_id="f-label-known",
                         )
-                search_btn = gr.Button("Search", variant="primary", elem_id="search")
-                with gr.Row(equal_height=False):
-                    cos_title, cos_gallery, cos_table = _ranking_column("cos")
-                    geo_title, geo_gallery, geo_table = _ranking_column("geo")
+                results = gr.HTML(NO_RESULTS, js_on_load=RESULTS_JS, elem_id="results")
                 with gr.Row(elem_classes=["cx-feedback"]):
                     rel_btn = gr.Button("Mark selected relevant", size="sm", elem_id="mark-rel")
                     nonrel_btn = gr.Button(
@@ -180,153 +189,264 @@ def build_lookup_tab(lookup: CaseLookup, config: UIConfig) -> LookupTab:
                     clear_btn = gr.Button("Clear feedback", size="sm", elem_id="clear-fb")
                 feedback_md = gr.Markdown(CaseLookup.feedback_text((), ()), elem_id="feedback")
                 with gr.Row(equal_height=False):
-                    with gr.Column(scale=3):
+                    with gr.Column(scale=3, min_width=360):
                         explanation = gr.HTML(NO_SELECTION, elem_id="explanation")
-                    with gr.Column(scale=1, min_width=220):
+                    with gr.Column(scale=2, min_width=240):
                         selected_info = gr.HTML(elem_id="selected-info")
+        panel = build_viewer_panel()
+    wire_viewer_panel(panel, viewer, query_state, selected_state, ids_state)
 
-    # ------------------------------------------------------------------ query panel
-    def render(query, c, w):
-        return CaseLookup.render_query(query, c, w)
+    settings_inputs = [finding, anchor_set, geometry, free_text, views, sex, age_min, age_max,
+                       date_from, date_to, label_known]  # fmt: skip
 
-    def load_case(image_id, c, w, request: gr.Request):
-        try:
-            query = lookup.load_case(image_id, user=who(request))
-        except ValueError as exc:
-            raise fail(exc) from None
-        return (
-            query,
-            render(query, c, w),
-            CaseLookup.query_details(query),
-            (),
-            (),
-            None,
-            NO_SELECTION,
-            "",
-        )
-
-    def load_upload(path, c, w):
-        try:
-            query = lookup.load_upload(path)
-        except ValueError as exc:
-            raise fail(exc) from None
-        return (
-            query,
-            render(query, c, w),
-            CaseLookup.query_details(query),
-            (),
-            (),
-            None,
-            NO_SELECTION,
-            "",
-            None,
-        )
-
-    query_outputs = [
-        query_state, query_image, query_info, relevant_state, not_relevant_state,
-        selected_state, explanation, selected_info,
-    ]  # fmt: skip
-    search_inputs = [
-        query_state, finding, anchor_set, geometry, free_text, views, sex, age_min, age_max,
-        date_from, date_to, label_known, relevant_state, not_relevant_state,
-    ]  # fmt: skip
-    search_outputs = [
-        cos_title, cos_gallery, geo_title, geo_gallery, cos_table, geo_table, ids_state,
-        feedback_md,
-    ]  # fmt: skip
-
-    def settings_from(fnd, key, geom, text, v, s, amin, amax, dfrom, dto, known):
-        filters = parse_filters(v, s, amin, amax, dfrom, dto, known)
+    def settings_from(data: dict) -> SearchSettings:
+        """The search settings from the widgets' values (handlers get a {component: value})."""
+        filters = parse_filters(
+            data[views], data[sex], data[age_min], data[age_max], data[date_from],
+            data[date_to], data[label_known],
+        )  # fmt: skip
         return SearchSettings(
-            finding=fnd, geometry=geom, anchor_set=key or None, filters=filters,
-            top_k=config.top_k, text=text,
+            finding=data[finding], geometry=data[geometry], anchor_set=data[anchor_set] or None,
+            filters=filters, top_k=config.top_k, text=data[free_text],
         )  # fmt: skip
 
-    def run_search(request: gr.Request, query, *rest):
-        *widgets, relevant, not_relevant = rest
-        if query is None:
-            return (gr.skip(),) * len(search_outputs)
-        try:
-            settings = settings_from(*widgets)
-            cos, geo = lookup.search(query, settings, relevant, not_relevant, who(request))
-        except ValueError as exc:
-            raise fail(exc) from None
+    # ------------------------------------------------------------------ query panel
+    query_outputs = [
+        message, query_state, query_image, query_info, results, ids_state, selected_state,
+        relevant_state, not_relevant_state, feedback_md, explanation, selected_info,
+        panel.window, panel.preset, panel.column, panel.is_open,
+    ]  # fmt: skip
+
+    def new_query(query, note: str = "", fnd: str | None = None):
+        """Outputs for a new query (None after a failure): everything of the old one cleared."""
+        info = message_html(note) if query is None else ""
         return (
-            _ranking_title("Cosine", cos.title),
-            cos.items,
-            _ranking_title("Anchors", geo.title),
-            geo.items,
-            cos.table_html,
-            geo.table_html,
-            (cos.image_ids, geo.image_ids),
-            CaseLookup.feedback_text(relevant, not_relevant),
+            info, query, CaseLookup.render_query(query), CaseLookup.query_details(query, fnd),
+            NO_RESULTS, (), None, (), (), CaseLookup.feedback_text((), ()), NO_SELECTION, "",
+            None, DEFAULT_PRESET, gr.update(visible=False), False,
+        )  # fmt: skip
+
+    def load_case(value, fnd, request: gr.Request):
+        return attempt(
+            lambda: new_query(lookup.load_case(value, user=who(request)), fnd=fnd),
+            lambda t: new_query(None, t),
         )
 
-    case_pick.input(load_case, [case_pick, center, width], query_outputs, **PRIVATE).success(
-        run_search, search_inputs, search_outputs, **PRIVATE
-    )
-    for trigger in (load_btn.click, case_id.submit):
-        trigger(load_case, [case_id, center, width], query_outputs, **PRIVATE).success(
-            run_search, search_inputs, search_outputs, **PRIVATE
-        )
-    upload.upload(
-        load_upload, [upload, center, width], [*query_outputs, upload], **PRIVATE
-    ).success(run_search, search_inputs, search_outputs, **PRIVATE)
-    for slider in (center, width):
-        slider.release(render, [query_state, center, width], query_image, **PRIVATE)
+    def load_upload(path, fnd):
+        def act():
+            query = lookup.load_upload(path, viewer_px=config.viewer_px)
+            return (*new_query(query, fnd=fnd), None)
 
-    def finding_changed(fnd):
-        try:
-            keys, default = lookup.anchor_set_choices(fnd)
-        except ValueError as exc:
-            raise fail(exc) from None
-        return gr.update(choices=keys, value=default)
+        return attempt(act, lambda t: (*new_query(None, t), None))
 
-    finding.input(finding_changed, finding, anchor_set, **PRIVATE).success(
-        run_search, search_inputs, search_outputs, **PRIVATE
+    search_inputs = {query_state, *settings_inputs, baseline, relevant_state, not_relevant_state,
+                     selected_state, panel.is_open, panel.window, panel.preset}  # fmt: skip
+    search_outputs = [
+        message, results, ids_state, selected_state, feedback_md, explanation, selected_info,
+        panel.column, panel.is_open, panel.title, panel.images, panel.details,
+    ]  # fmt: skip
+
+    def search(explicit: bool):
+        def run_search(data: dict, request: gr.Request, progress=gr.Progress()):
+            query, selected, window = data[query_state], data[selected_state], data[panel.window]
+            relevant, not_relevant = data[relevant_state], data[not_relevant_state]
+            if query is None:
+                if not explicit:
+                    return (gr.skip(),) * len(search_outputs)
+                text = (
+                    "No query yet: open an archived case (id, accession or the list) or upload "
+                    "an image, then search."
+                )
+                return (message_html(text), *(gr.skip(),) * (len(search_outputs) - 1))
+
+            def act():
+                settings = settings_from(data)
+                page = lookup.search(
+                    query, settings, relevant, not_relevant, who(request), selected,
+                    bool(data[baseline]), lambda f, what: progress(f, desc=what),
+                )  # fmt: skip
+                ids = page.image_ids
+                feedback = CaseLookup.feedback_text(relevant, not_relevant)
+                if selected not in ids:
+                    gone = ""
+                    if selected is not None:
+                        gone = (
+                            f"Case {selected} is no longer in the top {len(ids)}; its selection "
+                            "was cleared."
+                        )
+                    return (message_html(gone, "info"), page.html, ids, None, feedback,
+                            NO_SELECTION, "", gr.update(visible=False), False, gr.skip(),
+                            gr.skip(), gr.skip())  # fmt: skip
+                explained = lookup.explain(query, settings, selected)
+                viewer_outputs = (gr.skip(),) * 3
+                if data[panel.is_open]:
+                    shown = viewer.open(
+                        query, selected, settings, window, ids.index(selected) + 1,
+                        record=False, preset=data[panel.preset],
+                    )  # fmt: skip
+                    viewer_outputs = (shown.title_html, shown.images_html, shown.details_html)
+                return ("", page.html, ids, selected, feedback, explained, gr.skip(),
+                        gr.skip(), gr.skip(), *viewer_outputs)  # fmt: skip
+
+            def failed(text):
+                closed = (gr.update(visible=False), False, gr.skip(), gr.skip(), gr.skip())
+                return (message_html(text), NO_RESULTS, (), None, gr.skip(), NO_SELECTION, "",
+                        *closed)  # fmt: skip
+
+            return attempt(act, failed)
+
+        return run_search
+
+    quiet_search, explicit_search = search(False), search(True)
+    for widget, triggers in (
+        (case_id, (load_btn.click, case_id.submit)),
+        (case_pick, (case_pick.input,)),
+    ):
+        for trigger in triggers:
+            trigger(load_case, [widget, finding], query_outputs, **PRIVATE).then(
+                quiet_search, search_inputs, search_outputs, **PRIVATE
+            )
+    upload.upload(load_upload, [upload, finding], [*query_outputs, upload], **PRIVATE).then(
+        quiet_search, search_inputs, search_outputs, **PRIVATE
     )
-    for widget in (anchor_set, geometry):
-        widget.input(run_search, search_inputs, search_outputs, **PRIVATE)
+
+    # ------------------------------------------------------------------ case picker
+    picker_outputs = [case_pick, page_state, message]
+
+    def show_page(text, status, fnd, page):
+        def act():
+            found = lookup.case_page(text, fnd, status, page)
+            return gr.update(choices=found.choices, value=None, info=found.summary), found.page, ""
+
+        return attempt(act, lambda t: (gr.skip(), gr.skip(), message_html(t)))
+
+    picker_inputs = [pick_text, pick_status, finding]
+    for trigger in (pick_text.submit, pick_status.input):
+        trigger(lambda t, s, f: show_page(t, s, f, 0), picker_inputs, picker_outputs, **PRIVATE)
+    prev_btn.click(lambda t, s, f, p: show_page(t, s, f, p - 1), [*picker_inputs, page_state],
+                   picker_outputs, **PRIVATE)  # fmt: skip
+    next_btn.click(lambda t, s, f, p: show_page(t, s, f, p + 1), [*picker_inputs, page_state],
+                   picker_outputs, **PRIVATE)  # fmt: skip
+
+    # ------------------------------------------------------------------ search settings
+    def finding_changed(fnd, text, status):
+        def act():
+            choices, default = lookup.anchor_set_choices(fnd)
+            found = lookup.case_page(text, fnd, status, 0)
+            listed = gr.update(choices=found.choices, value=None, info=found.summary)
+            return gr.update(choices=choices, value=default), "", listed, 0
+
+        return attempt(act, lambda t: (gr.skip(), message_html(t), gr.skip(), gr.skip()))
+
+    finding.input(
+        finding_changed,
+        [finding, pick_text, pick_status],
+        [anchor_set, message, case_pick, page_state],
+        **PRIVATE,
+    ).then(quiet_search, search_inputs, search_outputs, **PRIVATE)
+
+    def geometry_changed(geom):
+        uses_anchors = attempt(lambda: geometry_name(geom).needs_anchors, lambda _: True)
+        info = None if uses_anchors else COSINE_NOTE
+        return (gr.update(interactive=uses_anchors, info=info),
+                gr.update(interactive=uses_anchors, info=info))  # fmt: skip
+
+    geometry.input(geometry_changed, geometry, [finding, anchor_set], **PRIVATE).then(
+        quiet_search, search_inputs, search_outputs, **PRIVATE
+    )
+    for widget in (anchor_set, baseline):
+        widget.input(quiet_search, search_inputs, search_outputs, **PRIVATE)
     for trigger in (search_btn.click, free_text.submit):
-        trigger(run_search, search_inputs, search_outputs, **PRIVATE)
+        trigger(explicit_search, search_inputs, search_outputs, **PRIVATE)
 
-    # ------------------------------------------------------ selection and explanation
-    def select_result(which: int):
-        def handler(query, ids, fnd, key, geom, text, evt: gr.SelectData, request: gr.Request):
-            image_id = ids[which][evt.index]
-            settings = SearchSettings(finding=fnd, geometry=geom, anchor_set=key, text=text)
-            try:
-                markdown = lookup.explain(query, settings, image_id)
-                details = lookup.result_details(image_id, user=who(request))
-            except ValueError as exc:
-                raise fail(exc) from None
-            return image_id, markdown, details
+    # ------------------------------------------------------ selection and the compare viewer
+    select_inputs = {query_state, ids_state, *settings_inputs, panel.window, panel.preset}
+    select_outputs = [
+        message, selected_state, explanation, selected_info, panel.column, panel.is_open,
+        panel.title, panel.images, panel.details, panel.message,
+    ]  # fmt: skip
 
-        return handler
+    def select_result(data: dict, evt: gr.EventData, request: gr.Request):
+        query, ids, window = data[query_state], tuple(data[ids_state] or ()), data[panel.window]
+        picked = (evt._data or {}).get("case_id")
 
-    select_inputs = [query_state, ids_state, finding, anchor_set, geometry, free_text]
-    select_outputs = [selected_state, explanation, selected_info]
-    cos_gallery.select(select_result(0), select_inputs, select_outputs, **PRIVATE)
-    geo_gallery.select(select_result(1), select_inputs, select_outputs, **PRIVATE)
+        def act():
+            image_id = int(picked)
+            if image_id not in ids:
+                raise ValueError(
+                    f"case {image_id} is not among the results on screen; search again"
+                )
+            settings = settings_from(data)
+            rank = ids.index(image_id) + 1
+            shown = viewer.open(
+                query, image_id, settings, window, rank, who(request), preset=data[panel.preset]
+            )
+            # the viewer recorded this view of the study; the side panel shows the same case
+            details = lookup.result_details(image_id, finding=settings.finding, what=None)
+            return ("", image_id, lookup.explain(query, settings, image_id), details,
+                    gr.update(visible=True), True, shown.title_html, shown.images_html,
+                    shown.details_html, "")  # fmt: skip
+
+        return attempt(act, lambda t: (message_html(t), *(gr.skip(),) * (len(select_outputs) - 1)))
+
+    results.pick(select_result, select_inputs, select_outputs, **PRIVATE)
+
+    def open_query(data: dict):
+        def act():
+            shown = viewer.open(
+                data[query_state], None, settings_from(data), data[panel.window],
+                preset=data[panel.preset],
+            )  # fmt: skip
+            return ("", gr.update(visible=True), True, shown.title_html, shown.images_html,
+                    shown.details_html)  # fmt: skip
+
+        return attempt(act, lambda t: (message_html(t), *(gr.skip(),) * 5))
+
+    open_query_btn.click(
+        open_query, {query_state, *settings_inputs, panel.window, panel.preset},
+        [message, panel.column, panel.is_open, panel.title, panel.images, panel.details],
+        **PRIVATE,
+    )  # fmt: skip
 
     # --------------------------------------------------------------- relevance feedback
     def mark(relevant_flag: bool):
         def handler(selected, relevant, not_relevant):
             if selected is None:
-                raise gr.Error("Select a result first, then mark it.", print_exception=False)
+                text = "Select a result first (click its card or row), then mark it."
+                return message_html(text), gr.skip(), gr.skip()
             rel = set(relevant) - {selected}
             non = set(not_relevant) - {selected}
             (rel if relevant_flag else non).add(int(selected))
-            return tuple(sorted(rel)), tuple(sorted(non))
+            return "", tuple(sorted(rel)), tuple(sorted(non))
 
         return handler
 
     feedback_states = [relevant_state, not_relevant_state]
-    for button, flag in ((rel_btn, True), (nonrel_btn, False)):
-        button.click(
-            mark(flag), [selected_state, *feedback_states], feedback_states, **PRIVATE
-        ).success(run_search, search_inputs, search_outputs, **PRIVATE)
+    for buttons, flag in (
+        ((rel_btn, panel.relevant), True),
+        ((nonrel_btn, panel.not_relevant), False),
+    ):
+        for button in buttons:
+            button.click(
+                mark(flag),
+                [selected_state, *feedback_states],
+                [message, *feedback_states],
+                **PRIVATE,
+            ).then(quiet_search, search_inputs, search_outputs, **PRIVATE)
     clear_btn.click(lambda: ((), ()), None, feedback_states, **PRIVATE).then(
-        run_search, search_inputs, search_outputs, **PRIVATE
+        quiet_search, search_inputs, search_outputs, **PRIVATE
     )
+
+    # ------------------------------------------------------------------ page load
+    def page_loaded(fnd):
+        """Anchor-set versions as they are now (a version saved before a reload is offered, and
+        the latest is the default, as for the CLI)."""
+
+        def act():
+            choices, default = lookup.anchor_set_choices(fnd or DEFAULT_FINDING)
+            return gr.update(choices=choices, value=default), ""
+
+        return attempt(act, lambda t: (gr.skip(), message_html(t)))
+
+    app.load(page_loaded, finding, [anchor_set, message], **PRIVATE)
     return LookupTab(finding=finding, anchor_set=anchor_set)

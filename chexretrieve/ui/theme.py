@@ -33,9 +33,73 @@ td.cx-num {font-variant-numeric: tabular-nums}
   background: transparent}
 .cx-details th {font-weight: 500; color: var(--body-text-color-subdued); width: 42%}
 .cx-explanation table.cx-hits td.cx-text {white-space: normal}
-.cx-results .caption-label {font-size: 0.68rem; padding: 1px 5px; bottom: 4px}
 .cx-scroll {max-height: 720px; overflow-y: auto}
 .cx-empty {color: var(--body-text-color-subdued); font-style: italic}
+.cx-message {border-radius: 6px; padding: 0.45rem 0.75rem; font-size: 0.88rem; margin: 0 0 0.3rem}
+.cx-message-error {background: #fdecea; border: 1px solid #f5b7b1; color: #8a1c12}
+.cx-message-info {background: #eef4fb; border: 1px solid #c5d9ef; color: #1d4f7a}
+.cx-results-title {font-size: 0.9rem; font-weight: 600; margin: 0.2rem 0 0.4rem}
+.cx-cards {display: grid; grid-template-columns: repeat(auto-fill, minmax(112px, 1fr));
+  gap: 0.5rem; margin-bottom: 0.6rem}
+.cx-card {display: flex; flex-direction: column; align-items: stretch; gap: 0.15rem;
+  padding: 0.3rem; border: 2px solid var(--border-color-primary); border-radius: 6px;
+  background: var(--background-fill-primary); cursor: pointer; text-align: left;
+  font: inherit; color: inherit; min-width: 0}
+.cx-card img {width: 100%; aspect-ratio: 1 / 1; object-fit: contain; background: #000;
+  border-radius: 3px; display: block}
+.cx-card-text {font-size: 0.78rem; line-height: 1.25rem; white-space: normal;
+  overflow-wrap: anywhere}
+.cx-card:hover, .cx-row:hover {border-color: var(--color-accent-soft);
+  background: var(--background-fill-secondary)}
+.cx-card.cx-selected {border-color: var(--color-accent); box-shadow: 0 0 0 2px
+  var(--color-accent-soft)}
+tr.cx-row {cursor: pointer}
+tr.cx-row.cx-selected td {background: var(--color-accent-soft) !important}
+.cx-sim {font-variant-numeric: tabular-nums; font-weight: 600}
+.cx-table-wrap {overflow-x: auto; max-width: 100%}
+table.cx-result-table td.cx-report {white-space: normal; min-width: 14rem; font-size: 0.78rem;
+  color: var(--body-text-color-subdued)}
+.cx-legend {font-size: 0.78rem; color: var(--body-text-color-subdued); margin: 0.4rem 0 0}
+.cx-labels {display: flex; flex-wrap: wrap; gap: 0.25rem 0.6rem; font-size: 0.8rem}
+.cx-finding {white-space: nowrap}
+.cx-report-text {font-size: 0.84rem; margin: 0.2rem 0; white-space: normal}
+.cx-plain {font-size: 0.9rem; margin: 0.3rem 0 0.4rem}
+.cx-explanation table.cx-hits, .cx-viewer-explanation table.cx-hits {table-layout: auto}
+.cx-explanation td.cx-text {min-width: 12rem}
+#viewer.cx-viewer-layer {position: fixed; inset: 0; z-index: 1000; margin: 0;
+  background: var(--background-fill-primary); overflow-y: auto; padding: 0.6rem 1rem;
+  box-sizing: border-box}
+.cx-viewer-head {align-items: center}
+.cx-viewer-title {font-size: 1.05rem; font-weight: 650}
+.cx-viewer {display: flex; flex-direction: column; gap: 0.3rem}
+.cx-tools {display: flex; align-items: center; gap: 0.4rem 1.2rem; flex-wrap: wrap;
+  font-size: 0.85rem}
+.cx-tool-group {display: flex; align-items: center; gap: 0.35rem; flex-wrap: wrap}
+.cx-tool-label {font-weight: 600}
+.cx-win-field input {width: 6.5rem; padding: 0.1rem 0.3rem; font: inherit;
+  border: 1px solid var(--border-color-primary); border-radius: 4px;
+  background: var(--background-fill-primary); color: inherit}
+.cx-preset.cx-on {background: var(--color-accent); color: white; border-color: var(--color-accent)}
+.cx-tools button {border: 1px solid var(--border-color-primary); border-radius: 4px;
+  background: var(--background-fill-secondary); padding: 0.1rem 0.6rem; cursor: pointer;
+  font: inherit}
+.cx-zoom-level {font-variant-numeric: tabular-nums; min-width: 3.2rem}
+.cx-panes {display: grid; grid-template-columns: 1fr 1fr; gap: 0.6rem}
+.cx-pane {margin: 0; min-width: 0}
+.cx-pane figcaption {font-size: 0.88rem; padding: 0.15rem 0; white-space: nowrap;
+  overflow: hidden; text-overflow: ellipsis}
+.cx-pane-frame {height: calc(100vh - 15rem); min-height: 260px; overflow: auto;
+  background: #000; border-radius: 4px; display: flex; align-items: safe center;
+  justify-content: safe center; touch-action: none}
+.cx-pane-empty .cx-pane-frame {background: var(--background-fill-secondary)}
+.cx-view-img {display: block; flex: none; cursor: crosshair; user-select: none;
+  width: 100%; height: 100%; object-fit: contain}
+.cx-view-img.cx-zoomed {object-fit: fill}
+.cx-window-readout {font-size: 0.82rem; margin: 0; font-variant-numeric: tabular-nums}
+.cx-sides {display: grid; grid-template-columns: 1fr 1fr; gap: 1rem}
+.cx-lookup .cx-query-panel {min-width: 300px}
+#upload {min-height: 0}
+#lookup-message:has(.prose:empty), #viewer-message:has(.prose:empty) {display: none}
 """
 
 

@@ -24,6 +24,7 @@ from chexretrieve.search.config import SearchConfig
 from chexretrieve.search.output import print_result, result_as_dict
 from chexretrieve.search.service import SearchRequest
 from chexretrieve.store import open_store
+from chexretrieve.ui.compare import CompareViewer
 from chexretrieve.ui.handlers import CaseLookup, SearchSettings
 
 #: identifying values written into every test file; none may appear in any output or log
@@ -92,17 +93,16 @@ def test_searches_views_and_exports_are_audited_with_who_when_what(archive_store
     lookup = CaseLookup(service, store, thumbnail_px=32, audit=audit)
     case_id = int(service.gallery.image_ids[0])
     query = lookup.load_case(case_id, user="dr.alice")
-    cos, geo = lookup.search(
-        query,
-        SearchSettings(finding="Edema", geometry="softmax", text="right base"),
-        user="dr.alice",
-    )
-    lookup.result_details(geo.image_ids[0], user="dr.alice")
+    settings = SearchSettings(finding="Edema", geometry="softmax", text="right base")
+    page = lookup.search(query, settings, user="dr.alice")
+    lookup.result_details(page.image_ids[0], user="dr.alice")
+    # opening a result in the compare viewer is a view of its study
+    CompareViewer(lookup, viewer_px=256).open(query, page.image_ids[1], settings, user="dr.alice")
     service.search(SearchRequest(finding="Pneumothorax", case_id=case_id, top_k=3), user="bob")
     audit.export(
         "bob",
-        [cos.image_ids[0]],
-        [cos.result.hits[0].metadata["study_uid"]],
+        [page.image_ids[0]],
+        [page.result.hits[0].metadata["study_uid"]],
         destination="report.pdf",
     )
     entries = audit.entries()
@@ -116,7 +116,7 @@ def test_searches_views_and_exports_are_audited_with_who_when_what(archive_store
         == [
             ("dr.alice", "view"),
             ("dr.alice", "search"),
-            ("dr.alice", "search"),
+            ("dr.alice", "view"),
             ("dr.alice", "view"),
             ("bob", "search"),
             ("bob", "export"),
@@ -125,11 +125,15 @@ def test_searches_views_and_exports_are_audited_with_who_when_what(archive_store
         and search["query"]["case"] == case_id
         and search["query"]["case_study"] == study_of[case_id]
         and search["query"]["text"] == "right base",
-        "every shown study recorded": [r["image"] for r in search["results"]] == list(cos.image_ids)
+        "every shown study recorded": [r["image"] for r in search["results"]]
+        == list(page.image_ids)
         and all(r["study"] == study_of[r["image"]] for r in search["results"]),
         "views name the study": entries[0]["study"] == study_of[case_id]
-        and entries[3]["what"] == "details",
-        "export recorded": entries[5]["items"][0]["image"] == cos.image_ids[0]
+        and entries[2]["what"] == "details"
+        and entries[3]["what"] == "viewer"
+        and entries[3]["image"] == page.image_ids[1]
+        and entries[3]["study"] == study_of[page.image_ids[1]],
+        "export recorded": entries[5]["items"][0]["image"] == page.image_ids[0]
         and entries[5]["destination"] == "report.pdf",
         "UTC timestamps, sequence": all(e["time"].endswith("+00:00") for e in entries)
         and [e["seq"] for e in entries] == [1, 2, 3, 4, 5, 6],
@@ -243,12 +247,16 @@ def test_no_patient_data_in_application_output_or_logs(archive_store, caplog, ca
     lookup = CaseLookup(service, store, thumbnail_px=32)
     case_id = int(service.gallery.image_ids[0])
     query = lookup.load_case(case_id)
-    _, geo = lookup.search(query, SearchSettings(finding="Edema"))
-    outputs["UI query details"] = lookup.query_details(query)
-    outputs["UI result details"] = lookup.result_details(geo.image_ids[0])
-    outputs["UI tables"] = geo.table_html + lookup.explain(
+    geo = lookup.search(query, SearchSettings(finding="Edema"), baseline=True)
+    outputs["UI query details"] = lookup.query_details(query, "Edema")
+    outputs["UI result details"] = lookup.result_details(geo.image_ids[0], finding="Edema")
+    outputs["UI tables"] = geo.html + lookup.explain(
         query, SearchSettings("Edema"), geo.image_ids[0]
     )
+    shown = CompareViewer(lookup, viewer_px=256).open(
+        query, geo.image_ids[0], SearchSettings("Edema")
+    )
+    outputs["UI compare viewer"] = shown.title + shown.images_html + shown.details_html
     outputs["UI case list"] = repr(lookup.case_choices())
     result = service.search(SearchRequest(finding="Edema", case_id=case_id, explain=True))
     print_result(result, explain=True)  # what `chexretrieve search` prints

@@ -356,7 +356,7 @@ def test_50_parallel_uploads_and_actions_get_answers_or_busy_never_a_crash(site,
             joined = client.post(
                 "gradio_api/queue/join",
                 json={
-                    "data": [file_data, 0.5, 1.0],
+                    "data": [file_data, "Pleural Effusion"],  # upload, finding
                     "fn_index": fn_index,
                     "session_hash": session,
                     "event_data": None,

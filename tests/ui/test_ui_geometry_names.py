@@ -12,7 +12,7 @@ from chexretrieve.ui.handlers import CaseLookup, SearchSettings
 def test_ui_search_accepts_both_posterior_spellings(tmp_path, spelling):
     lookup = CaseLookup(make_service(tmp_path), thumbnail_px=32)
     query = lookup.load_case(3)
-    _, ranking = lookup.search(query, SearchSettings("Pleural Effusion", spelling, top_k=5))
+    ranking = lookup.search(query, SearchSettings("Pleural Effusion", spelling, top_k=5))
     assert ranking.result.geometry == "gaussian_posterior"
     assert len(ranking.image_ids) == 5
 

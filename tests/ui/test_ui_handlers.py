@@ -1,5 +1,6 @@
-"""The UI's handlers without Gradio: query loading, windowing, search pairs, filters, feedback,
-explanations, escaping and PHI-minimal display."""
+"""The UI's handlers without Gradio: query loading, the case picker, one ranking with percentiles
+and the optional cosine baseline, filters, feedback, explanations, uploads, the compare viewer,
+escaping and PHI-minimal display."""
 
 from __future__ import annotations
 
@@ -14,8 +15,11 @@ from ui_fakes import SENTENCES, make_service, write_png
 
 from chexretrieve.search.explain import AnchorTerm, Explanation
 from chexretrieve.search.gallery import SearchFilters
+from chexretrieve.ui.case_picker import parse_case_id
+from chexretrieve.ui.compare import CompareViewer
 from chexretrieve.ui.handlers import CaseLookup, SearchSettings, parse_filters
-from chexretrieve.ui.render import esc, explanation_html, hits_table_html, placeholder
+from chexretrieve.ui.render import esc, explanation_html, placeholder, plain_explanation
+from chexretrieve.ui.results_html import ResultRow, results_html
 
 FINDING = "Pleural Effusion"
 XSS = "<script>window.__xss = 1</script>"
@@ -24,53 +28,101 @@ XSS = "<script>window.__xss = 1</script>"
 @pytest.fixture
 def lookup(tmp_path):
     service = make_service(tmp_path)
-    return CaseLookup(service, thumbnail_px=32, case_list_limit=10)
+    return CaseLookup(service, thumbnail_px=32, case_page_size=10)
 
 
 def test_handlers_do_not_import_gradio():
     code = (
         "import sys, chexretrieve.ui, chexretrieve.ui.handlers, chexretrieve.ui.curation, "
-        "chexretrieve.ui.reports, chexretrieve.ui.commands, chexretrieve.ui.config; "
+        "chexretrieve.ui.reports, chexretrieve.ui.commands, chexretrieve.ui.config, "
+        "chexretrieve.ui.compare, chexretrieve.ui.viewer, chexretrieve.ui.case_picker, "
+        "chexretrieve.ui.results_html, chexretrieve.ui.radiology_reports, "
+        "chexretrieve.ui.upload_errors, chexretrieve.ui.thumbnails, chexretrieve.ui.page_scripts; "
         "print('gradio' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
 
-def test_case_choices_are_limited_and_phi_minimal(lookup):
-    choices = lookup.case_choices()
-    assert [v for _, v in choices] == list(range(1, 11))
-    label = choices[0][0]
-    assert label.startswith("case 1 · AP · M 30 · 2021-01-01")
-    assert not any("SECRET" in text or "img" in text for text, _ in choices)
+def test_case_picker_pages_through_every_case_with_labels(lookup):
+    first = lookup.case_page(finding=FINDING)
+    assert [v for _, v in first.choices] == list(range(1, 11))
+    assert (first.page, first.pages, first.total) == (0, 3, 30)
+    assert first.summary == "cases 1–10 of 30 (page 1 of 3)"
+    label = first.choices[0][0]
+    word = {1.0: "positive", 0.0: "negative", -1.0: "uncertain"}
+    value = lookup.gallery.labels.loc[1, FINDING]
+    expected = "unknown" if np.isnan(value) else word[value]
+    assert label == f"case 1 · AP · M 30 · 2021-01-01 · {FINDING}: {expected}"
+    last = lookup.case_page(finding=FINDING, page=2)
+    assert [v for _, v in last.choices] == list(range(21, 31))
+    assert lookup.case_page(page=99).page == 2  # past the end: the last page
+    assert not any("SECRET" in text or "img" in text for text, _ in first.choices)
 
 
-def test_load_case_and_window_match_a_naive_window(lookup):
-    query = lookup.load_case("4")
-    assert query.case_id == 4 and query.source == "case" and query.embedding is None
-    # 48 px source shown at 3 thumbnails (96 px) on the longer side
-    assert query.pixels.shape == (96, 96)
-    center, width = 0.3, 0.2
-    shown = lookup.render_query(query, center, width)
-    naive = np.clip(np.rint((query.pixels - (center - width / 2)) * (255 / width)), 0, 255)
-    np.testing.assert_array_equal(shown, naive.astype(np.uint8))
-    assert shown.dtype == np.uint8
-    # a narrower window raises contrast: more pixels clip to black or white
-    full = lookup.render_query(query, 0.5, 1.0)
-    assert ((shown == 0) | (shown == 255)).sum() > ((full == 0) | (full == 255)).sum()
+def test_case_picker_filters_by_label_status_and_id_prefix(lookup):
+    labels = lookup.gallery.labels[FINDING]
+    positive = lookup.case_page(finding=FINDING, status="positive")
+    assert positive.total == int((labels == 1.0).sum())
+    assert all(labels.loc[i] == 1.0 for _, i in positive.choices)
+    assert "label positive" in positive.summary
+    blank = lookup.case_page(finding=FINDING, status="blank")
+    assert blank.total == int(labels.isna().sum())
+    by_prefix = lookup.case_page("2")
+    assert [v for _, v in by_prefix.choices] == [2, 20, 21, 22, 23, 24, 25, 26, 27, 28]
+    assert by_prefix.total == 11 and "starting with '2'" in by_prefix.summary
+    none = lookup.case_page("777")
+    assert (
+        none.total == 0 and none.summary == "no case matches · id or accession starting with '777'"
+    )
 
 
 @pytest.mark.parametrize(
     ("value", "message"),
     [
-        (None, "enter an archived case id"),
-        ("abc", "case id must be a whole number"),
-        (999, "case 999 is not in the archive"),
+        ("", "type a case id"),
+        ("2.5", "a case id is a whole number such as 12, not '2.5'"),
+        ("-3", "a case id is a whole number"),
+        ("0", "case ids start at 1"),
+        ("1e3", "a case id is a whole number"),
+    ],
+)
+def test_typed_case_ids_are_read_strictly(value, message):
+    with pytest.raises(ValueError, match=message):
+        parse_case_id(value)
+
+
+def test_typed_case_ids_and_accession_numbers():
+    assert parse_case_id(" 12 ") == 12
+    assert parse_case_id("PHA000100000013") is None  # not a number: an accession number
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (None, "type a case id"),
+        ("abc", "no case with id or accession number 'abc'"),
+        (999, "there is no case 999 in this archive \\(30 cases, ids 1–30\\)"),
+        (2.5, "a case id is a whole number such as 12, not 2.5"),
+        ("2.5", "a case id is a whole number such as 12, not '2.5'"),
     ],
 )
 def test_load_case_bad_input_names_the_problem(lookup, value, message):
     with pytest.raises(ValueError, match=message):
         lookup.load_case(value)
+
+
+def test_load_case_carries_labels_and_the_preview(lookup):
+    query = lookup.load_case("4")
+    assert query.case_id == 4 and query.source == "case" and query.embedding is None
+    assert query.pixels.shape == (96, 96)  # 48 px source shown at 3 thumbnails
+    stored = lookup.gallery.labels.loc[4]
+    assert set(query.labels) == set(stored.index)
+    assert all(query.labels[f] == v or (np.isnan(v) and np.isnan(query.labels[f]))
+               for f, v in stored.items())  # fmt: skip
+    assert lookup.render_query(query).dtype == np.uint8
+    html = lookup.query_details(query, FINDING)
+    assert "Labels" in html and FINDING in html and "No report text" in html
 
 
 def test_unreadable_archive_file_shows_a_placeholder(lookup):
@@ -81,8 +133,8 @@ def test_unreadable_archive_file_shows_a_placeholder(lookup):
     assert "not readable" in query.notes[0]
     thumb = lookup.case_thumbnail(3)
     assert thumb.shape == (32, 32) and thumb.dtype == np.uint8
-    result = lookup.search(query, SearchSettings(FINDING, "softmax"))
-    assert len(result[1].image_ids) == 12  # the stored embedding is still searched
+    page = lookup.search(query, SearchSettings(FINDING, "softmax"))
+    assert len(page.image_ids) == 12  # the stored embedding is still searched
 
 
 def test_thumbnails_are_read_once_and_persisted(tmp_path):
@@ -91,49 +143,85 @@ def test_thumbnails_are_read_once_and_persisted(tmp_path):
     first = CaseLookup(service, thumbnail_px=32, thumbnail_dir=folder)
     first.prefetch_thumbnails([3, 4, 3, 5])
     files = sorted(p.name for p in folder.iterdir())
-    assert files == [f"{i}-{i:016x}-32.png" for i in (3, 4, 5)]
+    digest = service.gallery.metadata["pixel_sha256"]
+    assert files == sorted(f"{i}-{digest.loc[i][:16]}-32.png" for i in (3, 4, 5))
     shown = first.case_thumbnail(4)
     assert shown.shape == (32, 32) and shown.dtype == np.uint8
+    assert first.thumbnail_uri(4).startswith("data:image/png;base64,")
     # a new server (empty memory) with the archived file gone still shows the persisted one
     Path(service.gallery.metadata.loc[4, "source_path"]).unlink()
     again = CaseLookup(service, thumbnail_px=32, thumbnail_dir=folder)
     np.testing.assert_array_equal(again.case_thumbnail(4), shown)
-    # without a persisted copy an unreadable file shows the placeholder
     assert again.case_thumbnail(4).std() > 0
     memory_only = CaseLookup(service, thumbnail_px=32)
     assert (memory_only.case_thumbnail(4) == placeholder(32)).all()
 
 
-def test_search_gives_cosine_beside_the_chosen_geometry(lookup):
+def test_one_ranking_with_percentiles_against_a_naive_count(lookup):
     query = lookup.load_case(5)
-    cos, geo = lookup.search(query, SearchSettings(FINDING, "softmax", top_k=8))
+    settings = SearchSettings(FINDING, "softmax", top_k=8)
+    page = lookup.search(query, settings)
+    direct = lookup.service.search(lookup._request(query, settings, "softmax"))
+    assert page.image_ids == tuple(h.image_id for h in direct.hits)
+    assert 5 not in page.image_ids and 6 not in page.image_ids  # the query's own study
+    scores, eligible = lookup.service.gallery_scores(lookup._request(query, settings, "softmax"))
     gallery = lookup.gallery
-    # cosine order against a naive reference; the query's study (images 5 and 6) is excluded
-    q = gallery.embeddings[gallery.row_of(5)].astype(np.float64)
-    sims = gallery.embeddings.astype(np.float64) @ q
-    allowed = [i for i in gallery.image_ids if i not in (5, 6)]
-    expected = sorted(allowed, key=lambda i: (-sims[gallery.row_of(i)], i))[:8]
-    assert list(cos.image_ids) == expected
-    direct = lookup.service.search(
-        lookup._request(query, SearchSettings(FINDING, "softmax", top_k=8), "softmax")
+    others = [scores[r] for r in range(len(gallery)) if eligible[r]]
+    for row in page.rows:
+        own = scores[gallery.row_of(row.hit.image_id)]
+        lower = sum(1 for s in others if s < own)
+        assert row.percentile == pytest.approx(100 * lower / (len(others) - 1))
+    assert page.rows[0].percentile == pytest.approx(100.0)
+    assert [r.percentile for r in page.rows] == sorted(
+        (r.percentile for r in page.rows), reverse=True
     )
-    assert list(geo.image_ids) == [h.image_id for h in direct.hits]
-    assert cos.title.startswith("no anchors") and geo.title.startswith("softmax · fake_set.a@1")
-    assert len(geo.items) == 8 and geo.items[0][0].dtype == np.uint8
-    assert geo.items[0][1] == f"#1 · case {geo.image_ids[0]}"
-    assert geo.table_html.count("<tr>") == 9  # header + 8 results
+    assert page.html.count("<button type='button' class='cx-card") == 8
+    assert page.html.count("<tr class='cx-row") == 8
+    assert "cosine (baseline)" not in page.html and "percentile" in page.legend
+    assert page.title.startswith(f"{FINDING} · Softmax · anchors fake_set.a@1 · 28 candidate cases")
+
+
+def test_the_cosine_baseline_column_gives_each_results_cosine_rank(lookup):
+    query = lookup.load_case(5)
+    page = lookup.search(query, SearchSettings(FINDING, "gaussian", top_k=6), baseline=True)
+    gallery = lookup.gallery
+    q = gallery.embeddings[gallery.row_of(5)].astype(np.float64)
+    cosine = {int(i): float(gallery.embeddings[gallery.row_of(i)] @ q) for i in gallery.image_ids}
+    allowed = sorted((i for i in cosine if i not in (5, 6)), key=lambda i: -cosine[i])
+    for row in page.rows:
+        assert row.baseline_rank == allowed.index(row.hit.image_id) + 1
+    assert page.baseline and "cosine (baseline)" in page.html and "Cosine (baseline)" in page.legend
+    # under cosine itself there is one ranking and no baseline column
+    plain = lookup.search(query, SearchSettings(FINDING, "cosine", top_k=6), baseline=True)
+    assert not plain.baseline and "cosine (baseline)" not in plain.html
+    assert list(plain.image_ids) == allowed[:6]
+    assert "no anchors" in plain.title
+
+
+def test_progress_hears_each_step_in_order(lookup):
+    heard = []
+    query = lookup.load_case(7)
+    lookup.search(query, SearchSettings(FINDING, "latent_spherical"), baseline=True,
+                  progress=lambda f, what: heard.append((f, what)))  # fmt: skip
+    fractions = [f for f, _ in heard]
+    assert fractions == sorted(fractions) and fractions[-1] == 1.0
+    steps = " | ".join(what for _, what in heard)
+    assert "Embedding the anchor sentences" in steps and "fitting to the anchors" in steps
+    assert "Cosine baseline" in steps and "Thumbnails" in steps
 
 
 def test_geometries_rank_differently(lookup):
     query = lookup.load_case(7)
-    _, soft = lookup.search(query, SearchSettings(FINDING, "softmax"))
-    _, gauss = lookup.search(query, SearchSettings(FINDING, "gaussian"))
+    soft = lookup.search(query, SearchSettings(FINDING, "softmax"))
+    gauss = lookup.search(query, SearchSettings(FINDING, "gaussian"))
     assert soft.image_ids != gauss.image_ids
     with pytest.raises(ValueError, match="unknown geometry"):
         lookup.search(query, SearchSettings(FINDING, "euclid"))
+    with pytest.raises(ValueError, match="no query yet"):
+        lookup.search(None, SearchSettings(FINDING, "softmax"))
 
 
-def test_filters_from_widgets_apply_to_both_rankings(lookup):
+def test_filters_from_widgets_apply_to_the_ranking(lookup):
     filters = parse_filters(["AP"], "M", 30, 60, "2021-01-01", "2021-12-31", True)
     assert filters == SearchFilters(
         views=("AP",),
@@ -145,13 +233,12 @@ def test_filters_from_widgets_apply_to_both_rankings(lookup):
         label_known=True,
     )
     query = lookup.load_case(2)
-    for view in lookup.search(query, SearchSettings(FINDING, "softmax", filters=filters)):
-        assert view.result.hits
-        for hit in view.result.hits:
-            assert hit.metadata["view_position"] == "AP" and hit.metadata["patient_sex"] == "M"
-            assert hit.labels[FINDING] is not None
+    page = lookup.search(query, SearchSettings(FINDING, "softmax", filters=filters))
+    assert page.rows
+    for row in page.rows:
+        assert row.hit.metadata["view_position"] == "AP" and row.hit.metadata["patient_sex"] == "M"
+        assert row.hit.labels[FINDING] is not None
     assert parse_filters(None, "any", None, "", "", None, False) == SearchFilters()
-    # the age widgets start at 0 and 120: those ends are no bound (unknown ages are kept)
     assert parse_filters([], "any", 0, 120, None, None, False) == SearchFilters()
     assert parse_filters([], "any", 0, 50, None, None, False).age_max == 50.0
 
@@ -160,71 +247,93 @@ def test_bad_filter_values_are_named():
     with pytest.raises(ValueError, match="'date from' must be a date like 2024-03-31"):
         parse_filters([], "any", None, None, "31/12/2021", None, False)
     with pytest.raises(ValueError, match="age range is empty"):
-        parse_filters([], "any", 70, 20, None, None, False)
+        parse_filters([], "any", 80, 20, None, None, False)
 
 
-def test_relevance_feedback_reranks_and_is_marked(lookup):
+def test_relevance_feedback_reranks_and_keeps_the_selected_case_highlighted(lookup):
     query = lookup.load_case(9)
     settings = SearchSettings(FINDING, "softmax", top_k=10)
-    _, before = lookup.search(query, settings)
-    liked = before.image_ids[-1]
-    disliked = before.image_ids[0]
-    _, after = lookup.search(query, settings, relevant=[liked], not_relevant=[disliked])
+    before = lookup.search(query, settings)
+    liked, disliked = before.image_ids[-1], before.image_ids[0]
+    after = lookup.search(query, settings, relevant=[liked], not_relevant=[disliked],
+                          selected=liked)  # fmt: skip
     assert after.image_ids != before.image_ids
     assert after.image_ids.index(liked) < before.image_ids.index(liked)
-    rows = {i: c for (_, c), i in zip(after.items, after.image_ids, strict=True)}
-    assert rows[liked].endswith("✓")
+    # the highlight is on the selected case at its new rank, nowhere else
+    assert after.html.count("cx-selected") == 2  # its card and its table row
+    assert f"cx-card cx-selected' data-case='{liked}'" in after.html
+    assert f"cx-row cx-selected' data-case='{liked}'" in after.html
     text = CaseLookup.feedback_text((liked,), (disliked,))
     assert str(liked) in text and str(disliked) in text
 
 
-def test_explanation_escapes_anchor_sentences(lookup):
+def test_explanation_escapes_anchor_sentences_and_says_it_plainly(lookup):
     query = lookup.load_case(1)
     html = lookup.explain(query, SearchSettings(FINDING, "softmax"), 12)
     assert "Why case 12 is close to case 1" in html
+    assert "Both images weigh ‘" in html
     assert "<script" not in html
     assert html.count("<tr>") == 12  # two header rows, 5 shared + 5 differing anchors
-    # a sentence with markup is shown as text
     term = AnchorTerm(SENTENCES[-1], 0.5, 0.25, 0.1)
     shown = explanation_html(Explanation((term,), (term,), 0.1), "case <1>", 2, FINDING, "k@1")
-    assert "<script" not in shown and shown.count(esc(SENTENCES[-1])) == 2
+    assert "<script" not in shown and esc(SENTENCES[-1]) in shown
     assert "case &lt;1&gt;" in shown and "&#124;" in shown
 
 
+def test_plain_explanation_names_the_sentences_both_weigh_and_the_one_apart():
+    shared = (
+        AnchorTerm("moderate right effusion", 0.41, 0.37, 0.0004),
+        AnchorTerm("blunted right costophrenic angle", 0.22, 0.25, 0.0002),
+    )
+    apart = (AnchorTerm("no effusion", 0.02, 0.19, 0.21),)
+    line = plain_explanation(Explanation(shared, apart, 0.25), "case 5")
+    assert line.startswith(
+        "Both images weigh ‘moderate right effusion’ and ‘blunted right costophrenic angle’ most"
+    )
+    assert "They differ most on ‘no effusion’, which the result weighs more (0.02 vs 0.19)" in line
+    calm = plain_explanation(Explanation(shared, (AnchorTerm("x", 0.1, 0.1, 0.0),), 0.5))
+    assert "differ" not in calm
+
+
 def test_details_are_phi_minimal_and_escaped(lookup):
-    html = lookup.result_details(4)
+    html = lookup.result_details(4, finding=FINDING)
     for shown in ("<td>AP</td>", "<td>F</td>", "33 years", "2021-01-28", "Acme", "48 × 48"):
         assert shown in html
+    assert "Labels" in html and "Report" in html
     assert "SECRET" not in html and "img" not in html and "1.2.3" not in html
     meta = dict(lookup.gallery.metadata.loc[4])
     meta["manufacturer"] = XSS
     meta["view_position"] = '"><img src=x onerror=alert(1)>'
-    hits = [type("Hit", (), {"rank": 1, "image_id": 4, "score": 0.5, "metadata": meta,
-                             "labels": {FINDING: 1.0}})()]  # fmt: skip
-    table = hits_table_html(hits, FINDING)
-    assert "<img" not in table and "&lt;img src=x onerror=alert(1)&gt;" in table
-    assert "positive" in table
+    hit = type("Hit", (), {"rank": 1, "image_id": 4, "score": 0.5, "metadata": meta,
+                           "labels": {FINDING: 1.0}})()  # fmt: skip
+    row = ResultRow(hit, 99.0, "data:image/png;base64,", report=XSS)
+    table = results_html([row], "t", FINDING, "legend")
+    assert "<img src=x" not in table and "&lt;img src=x onerror=alert(1)&gt;" in table
+    assert "<script" not in table and "positive" in table
 
 
-def test_upload_png_is_embedded_and_deleted(lookup, tmp_path):
+def test_upload_png_is_embedded_deleted_and_never_finds_its_own_pixels(lookup, tmp_path):
     path = tmp_path / "upload.png"
-    pixels = write_png(path, seed=4)
+    pixels = write_png(path, seed=4)  # the same pixels as archived case 4
     query = lookup.load_upload(str(path))
     assert not path.exists()
-    assert query.source == "upload" and query.case_id is None
+    assert query.source == "upload" and query.case_id is None and query.values is not None
     expected = lookup.service.encoder.embed_images([pixels])[0]
     np.testing.assert_allclose(query.embedding, expected, atol=1e-6)
-    cos, geo = lookup.search(query, SearchSettings(FINDING, "softmax"))
-    # the same pixels are archived as case 4: the upload finds it first under cosine
-    assert cos.image_ids[0] == 4
+    page = lookup.search(query, SearchSettings(FINDING, "cosine"))
+    assert 4 not in page.image_ids  # its own image is not a result (issue 15, defect 1)
     assert "Query: the uploaded image" in lookup.query_details(query)
 
 
-def test_upload_of_a_non_image_is_refused_with_the_reason(lookup, tmp_path):
-    path = tmp_path / "notes.txt"
+def test_upload_of_a_non_image_is_refused_in_the_words_of_an_upload(lookup, tmp_path):
+    path = tmp_path / "notes.dcm"
     path.write_text("hello", encoding="utf-8")
-    with pytest.raises(ValueError, match="unsupported-format|not a"):
+    with pytest.raises(ValueError) as refused:
         lookup.load_upload(str(path))
+    message = str(refused.value)
+    assert message.startswith("The uploaded file 'notes.dcm' is not a DICOM, PNG or JPEG image")
+    assert "archive" not in message and "ingest" not in message
+    assert "upload a DICOM, PNG or JPEG chest radiograph" in message
     assert not path.exists()
     with pytest.raises(ValueError, match="choose a DICOM, PNG or JPEG file"):
         lookup.load_upload(None)
@@ -255,6 +364,7 @@ def test_dicom_upload_with_markup_in_text_fields_is_inert(lookup, tmp_path):
         },
     )
     query = lookup.load_upload(str(path))
+    assert query.study_uid == derive_uid("s")
     html = lookup.query_details(query)
     assert "<script" not in html and "<b>" not in html
     assert esc(XSS) in html and "&lt;b&gt;CHEST&lt;/b&gt;" in html
@@ -262,13 +372,49 @@ def test_dicom_upload_with_markup_in_text_fields_is_inert(lookup, tmp_path):
     assert "Doe" not in html and "SECRET" not in html
 
 
-def test_anchor_set_choices_list_versions_newest_first(tmp_path):
+def test_anchor_set_choices_default_to_the_latest_as_search_does(tmp_path):
     import shutil
 
     root = tmp_path / "anchors"
     source = Path(__file__).resolve().parents[2] / "anchors" / "findings" / "pleural_effusion"
     shutil.copytree(source, root / "findings" / "pleural_effusion")
     lookup = CaseLookup(service=None, anchors_dir=root)
-    keys, default = lookup.anchor_set_choices("pleural effusion")
-    assert default == "pleural_effusion.a@1"
-    assert keys[0] == "pleural_effusion.a@1" and len(keys) == 5
+    choices, default = lookup.anchor_set_choices("pleural effusion")
+    assert default == "pleural_effusion.a@1" and len(choices) == 5
+    assert choices[0] == ("pleural_effusion.a@1 · latest", "pleural_effusion.a@1")
+    text = (root / "findings" / "pleural_effusion" / "v1-a.yaml").read_text()
+    (root / "findings" / "pleural_effusion" / "v2-a.yaml").write_text(
+        text.replace("version: 1", "version: 2", 1)
+    )
+    choices, default = lookup.anchor_set_choices("Pleural Effusion")
+    assert default == "pleural_effusion.a@2"  # what search uses when no version is named
+    from chexretrieve.anchors import latest_anchor_set
+
+    assert latest_anchor_set("Pleural Effusion", root=root).key == default
+    assert choices[:2] == [("pleural_effusion.a@2 · latest", default),
+                           ("pleural_effusion.a@1", "pleural_effusion.a@1")]  # fmt: skip
+
+
+def test_the_compare_viewer_renders_both_and_records_the_view(lookup, tmp_path):
+    from chexretrieve.audit import AuditLog
+
+    audit = AuditLog(tmp_path / "audit.jsonl")
+    lookup.audit = audit
+    viewer = CompareViewer(lookup, viewer_px=256)
+    query = lookup.load_case(5, user="dr.view")
+    page = lookup.search(query, SearchSettings(FINDING, "softmax"))
+    picked = page.image_ids[1]
+    shown = viewer.open(query, picked, SearchSettings(FINDING), None, 2, user="dr.view")
+    assert shown.title == f"Case 5 beside #2 · case {picked}"
+    assert shown.images_html.count("class='cx-view-img'") == 2
+    assert "Each image under its own default window" in shown.images_html
+    assert "Why case" in shown.details_html and "Labels" in shown.details_html
+    views = [(e["action"], e.get("what"), e.get("image")) for e in audit.entries()]
+    assert views[0] == ("view", "query", 5) and views[-1] == ("view", "viewer", picked)
+    window = viewer.preset(query, "lung")
+    again = viewer.render(query, picked, window, 2, preset="lung")
+    assert "Same window on both: centre" in again
+    assert "cx-preset cx-on' data-preset='lung'" in again
+    assert len(audit.entries()) == len(views)  # a window change is not a new view
+    alone = viewer.open(query, None, SearchSettings(FINDING))
+    assert "Select a result to compare" in alone.images_html

@@ -14,6 +14,18 @@ from chexretrieve.store import open_store
 from chexretrieve.ui.handlers import CaseLookup, SearchSettings
 
 
+def _decode(uri: str) -> np.ndarray:
+    import base64
+    import io
+
+    from PIL import Image
+
+    head, _, data = uri.partition(",")
+    assert head == "data:image/png;base64"
+    with Image.open(io.BytesIO(base64.b64decode(data))) as image:
+        return np.asarray(image)
+
+
 def test_result_thumbnails_come_from_the_store_when_the_files_are_gone(tmp_path):
     archive = tmp_path / "archive"
     for index in range(5):
@@ -44,9 +56,11 @@ def test_result_thumbnails_come_from_the_store_when_the_files_are_gone(tmp_path)
     )
     lookup = CaseLookup(service, store, thumbnail_px=32)
     query = lookup.load_case(int(service.gallery.image_ids[0]))
-    _, ranking = lookup.search(query, SearchSettings(finding="Edema", top_k=4))
-    assert len(ranking.items) == 4
-    for image, _ in ranking.items:
+    ranking = lookup.search(query, SearchSettings(finding="Edema", top_k=4))
+    assert len(ranking.rows) == 4
+    for row in ranking.rows:
+        image = _decode(row.thumbnail_uri)  # what the page shows, inside the HTML
         assert image.shape == (32, round(32 * 80 / 120))  # stored 48 px, shrunk to the UI's 32
         assert image[:, :8].max() <= 5 and image[:, -8:].min() >= 250
+        assert row.thumbnail_uri in ranking.html
     store.close()

@@ -82,6 +82,13 @@ def write_png(path: Path, seed: int, size: int = 48) -> np.ndarray:
     return values.astype(np.float32) / 255.0
 
 
+def _png_sha256(path: Path) -> str:
+    from chexretrieve.dicom import pixel_sha256
+
+    with Image.open(path) as image:
+        return pixel_sha256(np.asarray(image))
+
+
 def make_gallery(folder: Path, encoder: FakeEncoder, n: int = N_IMAGES) -> Gallery:
     """n archived PNG images (two per study), embedded by the fake encoder, with metadata."""
     ids = np.arange(1, n + 1, dtype=np.int64)
@@ -105,7 +112,8 @@ def make_gallery(folder: Path, encoder: FakeEncoder, n: int = N_IMAGES) -> Galle
             "pixel_rows": 48,
             "pixel_columns": 48,
             "source_format": "png",
-            "pixel_sha256": [f"{int(i):016x}" + "0" * 48 for i in ids],
+            # the pixel hash an upload of the same file gets (chexretrieve.dicom.pixel_sha256)
+            "pixel_sha256": [_png_sha256(folder / f"img{i}.png") for i in ids],
         },
         index=ids,
     )

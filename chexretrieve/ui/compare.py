@@ -1,0 +1,170 @@
+"""The compare viewer's actions (no Gradio): open a result beside the query, window both, say why
+they are close. Opening a result is a view of its study and goes to the audit trail.
+
+Pixel values of archived images are read from their files once and kept (a few, LRU), shrunk to
+``viewer_px`` on the longer side, so a window change re-renders without decoding again.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+
+from chexretrieve.dicom.viewing import PixelValues
+from chexretrieve.findings import canonical_finding
+from chexretrieve.ui.handlers import CaseLookup, QueryImage, SearchSettings
+from chexretrieve.ui.render import esc, format_age, format_date, format_text
+from chexretrieve.ui.results_html import labels_html, report_html
+from chexretrieve.ui.viewer import DEFAULT_PRESET, ViewerSide, compare_html, preset_window
+
+
+@dataclass(frozen=True)
+class CompareView:
+    """What the viewer shows for one (query, result) pair."""
+
+    # heading of the viewer (plain text)
+    title: str
+    # escaped HTML of the two panes under the window
+    images_html: str
+    # escaped HTML: labels and report of both images, and the explanation
+    details_html: str
+
+    @property
+    def title_html(self) -> str:
+        return f"<div class='cx-viewer-title'>{esc(self.title)}</div>"
+
+
+def _subtitle(meta: dict) -> str:
+    return (
+        f"{format_text(meta.get('view_position'))} · {format_text(meta.get('patient_sex'))} "
+        f"{format_age(meta.get('patient_age_years'))} · {format_date(meta.get('study_date'))}"
+    )
+
+
+def _bytes_values(pixels: np.ndarray, source: str) -> PixelValues:
+    """8-bit display pixels as values (a placeholder or a stored thumbnail)."""
+    values = np.asarray(pixels, dtype=np.float32)
+    return PixelValues(
+        values=values, default_center=128.0, default_width=256.0, window_source=source,
+        invert=False, low=float(values.min()), high=float(values.max()),
+        stored_shape=(int(values.shape[0]), int(values.shape[1])),
+    )  # fmt: skip
+
+
+class CompareViewer:
+    """Side-by-side viewing over one :class:`CaseLookup` (its store, audit and reports)."""
+
+    def __init__(self, lookup: CaseLookup, viewer_px: int = 1024, cache_entries: int = 16):
+        self.lookup = lookup
+        self.viewer_px = viewer_px
+        self._cache: OrderedDict[int, tuple[PixelValues, tuple[str, ...]]] = OrderedDict()
+        self._capacity = cache_entries
+        self._lock = threading.Lock()
+
+    def pixel_values(self, image_id: int) -> tuple[PixelValues, tuple[str, ...]]:
+        """An archived image's values (read once, cached) and notes; a stored thumbnail (or a
+        placeholder) when the file cannot be read here."""
+        import os
+
+        from chexretrieve.dicom import read_pixel_values
+
+        image_id = int(image_id)
+        with self._lock:
+            if image_id in self._cache:
+                self._cache.move_to_end(image_id)
+                return self._cache[image_id]
+        path = self.lookup._metadata(image_id).get("source_path")
+        found = None
+        if isinstance(path, str) and path and os.path.isfile(path):
+            try:
+                found = (read_pixel_values(path, self.lookup.read_config, self.viewer_px), ())
+            except ValueError:
+                found = None
+        if found is None:
+            found = (
+                _bytes_values(self.lookup.case_thumbnail(image_id), "stored thumbnail"),
+                ("the archived file is not readable here: its stored thumbnail is shown",),
+            )
+        with self._lock:
+            self._cache[image_id] = found
+            while len(self._cache) > self._capacity:
+                self._cache.popitem(last=False)
+        return found
+
+    def query_side(self, query: QueryImage) -> ViewerSide:
+        if query.source == "upload" and isinstance(query.values, PixelValues):
+            values, notes = query.values, ()
+        elif query.case_id is not None:
+            values, notes = self.pixel_values(query.case_id)
+        else:
+            values, notes = _bytes_values(self.lookup.render_query(query), "display"), ()
+        return ViewerSide(f"Query · {query.name}", values, _subtitle(query.metadata), notes)
+
+    def result_side(self, image_id: int, rank: int | None = None) -> ViewerSide:
+        values, notes = self.pixel_values(image_id)
+        meta = self.lookup._metadata(int(image_id))
+        where = f"Result #{rank} · " if rank else "Result · "
+        return ViewerSide(f"{where}case {int(image_id)}", values, _subtitle(meta), notes)
+
+    def preset(self, query: QueryImage | None, preset: str) -> tuple[float, float] | None:
+        """The window of a preset, computed on the query's values (None: each image's own)."""
+        if query is None:
+            raise ValueError("load a query first: presets are computed on the query image")
+        return preset_window(self.query_side(query).pixels, preset)
+
+    def render(
+        self, query: QueryImage | None, image_id: int | None, window, rank=None,
+        preset: str | None = DEFAULT_PRESET,
+    ) -> str:  # fmt: skip
+        """The panes under ``window`` (no audit record: the pair is already on screen)."""
+        if query is None:
+            raise ValueError("no query to show: pick a case or upload an image first")
+        result = self.result_side(image_id, rank) if image_id is not None else None
+        return compare_html(self.query_side(query), result, window, preset)
+
+    def open(
+        self,
+        query: QueryImage | None,
+        image_id: int | None,
+        settings: SearchSettings,
+        window=None,
+        rank: int | None = None,
+        user: str | None = None,
+        record: bool = True,
+        preset: str | None = DEFAULT_PRESET,
+    ) -> CompareView:
+        """The viewer for the query and result ``image_id`` (None: the query alone), recording
+        the result's study as viewed ('viewer'); ``record=False`` for a re-render of a pair that
+        is on screen already (after feedback re-ranked it)."""
+        if query is None:
+            raise ValueError("no query to show: pick a case or upload an image first")
+        finding = canonical_finding(settings.finding)
+        query_html = (
+            f"<div class='cx-side'><p class='cx-sub'>Query · {esc(query.name)}</p>"
+            + self.lookup.query_details(query, finding)
+            + "</div>"
+        )
+        if image_id is None:
+            images = self.render(query, None, window, preset=preset)
+            return CompareView(f"Query: {query.name}", images, query_html)
+        image_id = int(image_id)
+        meta = self.lookup._metadata(image_id)
+        if self.lookup.audit is not None and record:
+            self.lookup.audit.view(user, image_id, meta.get("study_uid"), what="viewer")
+        images = self.render(query, image_id, window, rank, preset)
+        result_html = (
+            f"<div class='cx-side'><p class='cx-sub'>Result · case {image_id}</p>"
+            + "<p class='cx-sub'>Labels</p>" + labels_html(self.lookup.labels_of(image_id), finding)
+            + "<p class='cx-sub'>Report</p>" + report_html(self.lookup.report_of(image_id))
+            + "</div>"
+        )  # fmt: skip
+        explanation = self.lookup.explain(query, settings, image_id)
+        details = (
+            f"<div class='cx-sides'>{query_html}{result_html}</div>"
+            f"<div class='cx-viewer-explanation'>{explanation}</div>"
+        )
+        title = f"{query.name} beside {'#' + str(rank) + ' · ' if rank else ''}case {image_id}"
+        return CompareView(title[0].upper() + title[1:], images, details)

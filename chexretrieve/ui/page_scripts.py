@@ -1,0 +1,214 @@
+"""Browser-side behaviour of the case lookup (JavaScript run by Gradio's ``gr.HTML(js_on_load=)``).
+
+- ``RESULTS_JS``: a click (or Enter) on a result card or table row highlights it and sends
+  ``pick`` with its case id; the server answers with the compare viewer.
+- ``VIEWER_JS``: zoom (wheel, +/−, Fit) of both images together with synchronised scrolling,
+  Shift-drag to pan, drag to window (left/right = width, up/down = centre, in pixel values) with
+  a live preview by an SVG linear transfer; the exact images follow from the server, sent a
+  ``window`` (dragged or typed centre / width) or a ``preset`` (a preset button). Escape closes
+  the viewer.
+No data leaves the page but a case id or a window; nothing is fetched from elsewhere.
+"""
+
+from __future__ import annotations
+
+RESULTS_JS = r"""
+if (!element.dataset.cxBound) {
+  element.dataset.cxBound = '1';
+  const pick = (target) => {
+    const item = target.closest('[data-case]');
+    if (!item || !element.contains(item)) return;
+    const id = Number(item.dataset.case);
+    element.querySelectorAll('.cx-selected').forEach((e) => {
+      e.classList.remove('cx-selected');
+      if (e.hasAttribute('aria-pressed')) e.setAttribute('aria-pressed', 'false');
+    });
+    element.querySelectorAll('[data-case="' + id + '"]').forEach((e) => {
+      e.classList.add('cx-selected');
+      if (e.hasAttribute('aria-pressed')) e.setAttribute('aria-pressed', 'true');
+    });
+    trigger('pick', {case_id: id});
+  };
+  element.addEventListener('click', (event) => pick(event.target));
+  element.addEventListener('keydown', (event) => {
+    if ((event.key === 'Enter' || event.key === ' ') && event.target.matches('tr[data-case]')) {
+      event.preventDefault();
+      pick(event.target);
+    }
+  });
+}
+"""
+
+VIEWER_JS = r"""
+if (!element.dataset.cxBound) {
+  element.dataset.cxBound = '1';
+  let zoom = 1;
+  let drag = null;
+  let syncing = false;
+  const SENSITIVITY = 400;  // pixels of drag for a change of one value span
+  const svgNS = 'http://www.w3.org/2000/svg';
+  if (!document.getElementById('cx-window-filters')) {
+    const svg = document.createElementNS(svgNS, 'svg');
+    svg.setAttribute('id', 'cx-window-filters');
+    svg.setAttribute('width', '0');
+    svg.setAttribute('height', '0');
+    svg.style.position = 'absolute';
+    let defs = '';
+    for (const side of ['query', 'result']) {
+      defs += '<filter id="cx-win-' + side + '" color-interpolation-filters="sRGB">' +
+        '<feComponentTransfer>' +
+        ['R', 'G', 'B'].map((c) => '<feFunc' + c + ' type="linear" slope="1" intercept="0"/>')
+          .join('') +
+        '</feComponentTransfer></filter>';
+    }
+    svg.innerHTML = '<defs>' + defs + '</defs>';
+    document.body.appendChild(svg);
+  }
+  const viewer = () => element.querySelector('.cx-viewer');
+  const frames = () => Array.from(element.querySelectorAll('.cx-pane-frame'));
+  const applyZoom = () => {
+    element.querySelectorAll('.cx-view-img').forEach((img) => {
+      if (zoom === 1) {  // fit: CSS (object-fit: contain) keeps the aspect ratio
+        img.classList.remove('cx-zoomed');
+        img.style.width = '';
+        img.style.height = '';
+        return;
+      }
+      const frame = img.parentElement;
+      const natural = [Number(img.getAttribute('width')), Number(img.getAttribute('height'))];
+      const fit = Math.min(frame.clientWidth / natural[0], frame.clientHeight / natural[1]);
+      if (!(fit > 0)) return;
+      img.classList.add('cx-zoomed');
+      img.style.width = Math.max(1, natural[0] * fit * zoom) + 'px';
+      img.style.height = Math.max(1, natural[1] * fit * zoom) + 'px';
+    });
+    const label = element.querySelector('.cx-zoom-level');
+    if (label) label.textContent = Math.round(zoom * 100) + '%';
+  };
+  const setZoom = (value) => {
+    zoom = Math.min(8, Math.max(1, value));
+    applyZoom();
+  };
+  const syncScroll = (source) => {
+    if (syncing) return;
+    syncing = true;
+    const fx = source.scrollLeft / Math.max(1, source.scrollWidth - source.clientWidth);
+    const fy = source.scrollTop / Math.max(1, source.scrollHeight - source.clientHeight);
+    frames().forEach((frame) => {
+      if (frame === source) return;
+      frame.scrollLeft = fx * (frame.scrollWidth - frame.clientWidth);
+      frame.scrollTop = fy * (frame.scrollHeight - frame.clientHeight);
+    });
+    syncing = false;
+  };
+  element.addEventListener('scroll', (event) => {
+    if (event.target.classList && event.target.classList.contains('cx-pane-frame')) {
+      syncScroll(event.target);
+    }
+  }, true);
+  const typedWindow = () => {
+    const center = element.querySelector('.cx-win-center');
+    const width = element.querySelector('.cx-win-width');
+    trigger('window', {center: center ? center.value : null, width: width ? width.value : null});
+  };
+  element.addEventListener('click', (event) => {
+    const preset = event.target.closest('[data-preset]');
+    if (preset) {
+      trigger('preset', {name: preset.dataset.preset});
+      return;
+    }
+    if (event.target.closest('[data-apply]')) {
+      typedWindow();
+      return;
+    }
+    const button = event.target.closest('[data-zoom]');
+    if (!button) return;
+    const how = button.dataset.zoom;
+    setZoom(how === 'in' ? zoom * 1.5 : how === 'out' ? zoom / 1.5 : 1);
+  });
+  element.addEventListener('keydown', (event) => {
+    if (event.key === 'Enter' && event.target.matches('.cx-win-center, .cx-win-width')) {
+      event.preventDefault();
+      typedWindow();
+    }
+  });
+  element.addEventListener('load', (event) => {
+    if (event.target.classList && event.target.classList.contains('cx-view-img')) applyZoom();
+  }, true);
+  element.addEventListener('wheel', (event) => {
+    if (!event.target.closest('.cx-pane-frame')) return;
+    event.preventDefault();
+    setZoom(zoom * (event.deltaY < 0 ? 1.25 : 0.8));
+  }, {passive: false});
+  const number = (value) => Math.abs(value) >= 100 ? value.toFixed(0) : value.toPrecision(4);
+  const preview = (center, width) => {
+    element.querySelectorAll('.cx-pane[data-center]').forEach((pane) => {
+      const slope = Number(pane.dataset.width) / width;
+      let intercept = 0.5 * (1 - slope) + (Number(pane.dataset.center) - center) / width;
+      if (pane.dataset.invert === '1') intercept = 1 - slope - intercept;
+      const side = pane.dataset.side;
+      document.querySelectorAll('#cx-win-' + side + ' feComponentTransfer > *').forEach((f) => {
+        f.setAttribute('slope', String(slope));
+        f.setAttribute('intercept', String(intercept));
+      });
+      const img = pane.querySelector('.cx-view-img');
+      if (img) img.style.filter = 'url(#cx-win-' + side + ')';
+    });
+    const readout = element.querySelector('.cx-window-readout');
+    if (readout) {
+      readout.textContent = 'Same window on both: centre ' + number(center) + ' / width ' +
+        number(width) + ' (pixel values; release to apply)';
+    }
+  };
+  element.addEventListener('pointerdown', (event) => {
+    const img = event.target.closest('.cx-view-img');
+    const box = viewer();
+    if (!img || !box || event.button !== 0) return;
+    event.preventDefault();
+    const frame = img.parentElement;
+    drag = {
+      x: event.clientX, y: event.clientY, pan: event.shiftKey, frame: frame,
+      left: frame.scrollLeft, top: frame.scrollTop,
+      center: Number(box.dataset.center), width: Number(box.dataset.width),
+      span: Number(box.dataset.span), moved: false,
+    };
+    img.setPointerCapture(event.pointerId);
+  });
+  element.addEventListener('pointermove', (event) => {
+    if (!drag) return;
+    const dx = event.clientX - drag.x;
+    const dy = event.clientY - drag.y;
+    if (Math.abs(dx) + Math.abs(dy) > 2) drag.moved = true;
+    if (drag.pan) {
+      drag.frame.scrollLeft = drag.left - dx;
+      drag.frame.scrollTop = drag.top - dy;
+      return;
+    }
+    drag.newWidth = Math.max(1, drag.width + dx * drag.span / SENSITIVITY);
+    drag.newCenter = drag.center + dy * drag.span / SENSITIVITY;
+    preview(drag.newCenter, drag.newWidth);
+  });
+  const release = () => {
+    if (!drag) return;
+    const done = drag;
+    drag = null;
+    if (done.pan || !done.moved || done.newWidth === undefined) return;
+    trigger('window', {center: done.newCenter, width: done.newWidth});
+  };
+  element.addEventListener('pointerup', release);
+  element.addEventListener('pointercancel', release);
+  watch('value', () => applyZoom());
+  if (!window.__cxViewerKeys) {
+    window.__cxViewerKeys = true;
+    document.addEventListener('keydown', (event) => {
+      const overlay = document.getElementById('viewer');
+      if (event.key === 'Escape' && overlay && overlay.offsetParent !== null) {
+        const close = document.getElementById('viewer-close');
+        if (close) close.click();
+      }
+    });
+  }
+  window.addEventListener('resize', () => applyZoom());
+  new ResizeObserver(() => applyZoom()).observe(element);
+}
+"""

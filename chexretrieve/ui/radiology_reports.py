@@ -1,0 +1,113 @@
+"""Report text of archived images, for the case lookup (no Gradio, nothing written).
+
+The store keeps labels but not report text, so reports come from CSV files with a ``Path`` column
+and a report column (``Report``, ``report``, ``Report Text`` or ``report_text``), as phantom
+archives write ``reports.csv`` and real archives can add a reports column to their labels CSV:
+
+- the files named in ``UIConfig.reports_csv`` (any number);
+- else a ``reports.csv`` in a folder above the archived file (the phantom layout), found once per
+  folder.
+
+A row matches an image when its Path equals a trailing part of the image's source path (whole
+components, '/' separators), the longest such row winning; the same rule ingest uses for labels.
+"""
+
+from __future__ import annotations
+
+import csv
+import threading
+from collections.abc import Sequence
+from pathlib import Path, PurePath
+
+#: column names read as the report text (first found, compared case-insensitively)
+REPORT_COLUMNS = ("report", "report text", "report_text")
+#: file looked for in the folders above an archived image when no reports CSV is configured
+REPORTS_FILE = "reports.csv"
+#: how many folders above an image are searched for REPORTS_FILE
+SEARCH_DEPTH = 6
+#: longest report text kept (a longer one is cut with an ellipsis)
+MAX_REPORT_CHARS = 4000
+
+
+def read_reports_csv(path: Path) -> dict[str, str]:
+    """Path (with '/' separators, no leading './') -> report text of one CSV; ValueError when the
+    file has no Path or report column."""
+    csv.field_size_limit(1 << 24)
+    with open(path, newline="", encoding="utf-8", errors="replace") as handle:
+        reader = csv.DictReader(handle)
+        columns = {name.strip().lower(): name for name in reader.fieldnames or ()}
+        path_column = columns.get("path")
+        text_column = next((columns[c] for c in REPORT_COLUMNS if c in columns), None)
+        if path_column is None or text_column is None:
+            raise ValueError(
+                f"{path.name} needs a 'Path' column and a report column "
+                f"({', '.join(REPORT_COLUMNS)}); it has {', '.join(columns) or 'none'}"
+            )
+        found: dict[str, str] = {}
+        for row in reader:
+            key = _normalise(row.get(path_column) or "")
+            text = " ".join((row.get(text_column) or "").split())
+            if key and text:
+                found[key] = (
+                    text if len(text) <= MAX_REPORT_CHARS else text[:MAX_REPORT_CHARS] + "…"
+                )
+        return found
+
+
+def _normalise(path: str) -> str:
+    parts = [p for p in path.replace("\\", "/").split("/") if p not in ("", ".")]
+    return "/".join(parts)
+
+
+class ReportTexts:
+    """Report text by archived source path (see the module doc); files are read once, lazily."""
+
+    def __init__(self, csv_files: Sequence[Path] = ()):
+        self.csv_files = tuple(Path(p) for p in csv_files)
+        self._lock = threading.Lock()
+        self._configured: dict[str, str] | None = None
+        self._by_folder: dict[Path, dict[str, str] | None] = {}
+
+    def _configured_reports(self) -> dict[str, str]:
+        if self._configured is None:
+            merged: dict[str, str] = {}
+            for path in self.csv_files:
+                merged.update(read_reports_csv(path))
+            self._configured = merged
+        return self._configured
+
+    def _folder_reports(self, folder: Path) -> dict[str, str] | None:
+        if folder not in self._by_folder:
+            candidate = folder / REPORTS_FILE
+            try:
+                table = read_reports_csv(candidate) if candidate.is_file() else None
+            except (OSError, ValueError):
+                table = None  # not a reports file of this layout: ignored
+            self._by_folder[folder] = table
+        return self._by_folder[folder]
+
+    def report_for(self, source_path: str | None) -> str | None:
+        """The report of the image read from ``source_path``, or None when none is known."""
+        if not isinstance(source_path, str) or not source_path:
+            return None
+        parts = _normalise(source_path).split("/")
+        with self._lock:
+            if self.csv_files:
+                return _longest_match(self._configured_reports(), parts)
+            folder = PurePath(source_path).parent
+            for _ in range(SEARCH_DEPTH):
+                table = self._folder_reports(Path(folder))
+                if table is not None:
+                    return _longest_match(table, parts)
+                if folder.parent == folder:
+                    break
+                folder = folder.parent
+        return None
+
+
+def _longest_match(table: dict[str, str], parts: list[str]) -> str | None:
+    for start in range(len(parts)):
+        text = table.get("/".join(parts[start:]))
+        if text is not None:
+            return text
+    return None

@@ -1,0 +1,117 @@
+"""Report text from the archive's CSVs, and the case picker over a real store (accession numbers,
+label status, paging past the first page)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from chexretrieve.dicom.write import derive_uid, write_radiograph
+from chexretrieve.encoders.stand_in import StandInEncoder
+from chexretrieve.ingest import IngestConfig, ingest_paths
+from chexretrieve.ingest.labels import read_label_csv
+from chexretrieve.search.config import SearchConfig
+from chexretrieve.search.service import SearchService
+from chexretrieve.search.sources import StoreAnchorProvider, gallery_from_store
+from chexretrieve.store import open_store
+from chexretrieve.ui.handlers import CaseLookup
+from chexretrieve.ui.radiology_reports import ReportTexts, read_reports_csv
+
+N = 7
+
+
+@pytest.fixture
+def archive(tmp_path):
+    """N small DICOM files in a phantom-like layout with labels.csv and reports.csv beside."""
+    root = tmp_path / "archive"
+    rows, reports = ["Path,Pleural Effusion,Edema"], ["Path,Report"]
+    for index in range(N):
+        relative = f"train/patient{index:03d}/study1/view1_frontal.dcm"
+        pixels = np.full((40, 30), 100 * index, dtype=np.uint16)
+        write_radiograph(
+            root / relative,
+            pixels,
+            {
+                "PatientID": f"PICK-{index}",
+                "AccessionNumber": f"ACC{index:04d}" if index != 6 else "ACC0005",  # 5, 6 share
+                "StudyInstanceUID": derive_uid("pick", index, "study"),
+                "SeriesInstanceUID": derive_uid("pick", index, "series"),
+                "SOPInstanceUID": derive_uid("pick", index, "image"),
+                "Modality": "DX",
+            },
+        )
+        effusion = ("1.0", "0.0", "-1.0", "")[index % 4]
+        rows.append(f"{relative},{effusion},")
+        reports.append(
+            f'{relative},"Report {index}: {"moderate effusion" if effusion == "1.0" else "clear"}."'
+        )
+    (root / "labels.csv").write_text("\n".join(rows) + "\n")
+    (root / "reports.csv").write_text("\n".join(reports) + "\n")
+    return root
+
+
+@pytest.fixture
+def lookup(archive, tmp_path):
+    store = open_store(f"sqlite:///{tmp_path / 'store.sqlite'}")
+    encoder = StandInEncoder(dim=16)
+    ingest_paths([archive], store, encoder, IngestConfig(workers=0),
+                 labels=read_label_csv(archive / "labels.csv"))  # fmt: skip
+    service = SearchService(
+        lambda: gallery_from_store(store, encoder.encoder_id),
+        StoreAnchorProvider(store, encoder),
+        encoder=encoder,
+        config=SearchConfig(feature_cache_dir=tmp_path / "features"),
+    )
+    yield CaseLookup(service, store, thumbnail_px=32, case_page_size=3)
+    store.close()
+
+
+def _id_of(lookup, index: int) -> int:
+    meta = lookup.gallery.metadata
+    return int(meta.index[meta["source_path"].str.contains(f"patient{index:03d}/")][0])
+
+
+def test_reports_are_found_beside_the_archive_and_matched_by_path(lookup):
+    query = lookup.load_case(_id_of(lookup, 0))
+    assert query.report == "Report 0: moderate effusion."
+    assert lookup.report_of(_id_of(lookup, 1)) == "Report 1: clear."
+    html = lookup.query_details(query, "Pleural Effusion")
+    assert "Report 0: moderate effusion." in html
+    assert "Pleural Effusion <span class='cx-label cx-positive'>positive" in html
+
+
+def test_a_configured_reports_csv_wins_and_an_unrelated_path_has_no_report(archive, tmp_path):
+    other = tmp_path / "reports-extra.csv"
+    other.write_text(
+        "Path,Report Text\narchive/train/patient002/study1/view1_frontal.dcm,From the extra file.\n"
+    )
+    texts = ReportTexts([other])
+    assert texts.report_for(str(archive / "train/patient002/study1/view1_frontal.dcm")) == (
+        "From the extra file."
+    )
+    assert texts.report_for(str(archive / "train/patient003/study1/view1_frontal.dcm")) is None
+    assert ReportTexts().report_for(str(tmp_path / "elsewhere" / "x.dcm")) is None
+    bad = tmp_path / "bad.csv"
+    bad.write_text("File,Text\na,b\n")
+    with pytest.raises(ValueError, match="needs a 'Path' column and a report column"):
+        read_reports_csv(bad)
+
+
+def test_the_picker_pages_filters_and_finds_accession_numbers(lookup):
+    first = lookup.case_page(finding="Pleural Effusion")
+    assert first.total == N and first.pages == 3 and len(first.choices) == 3
+    assert first.summary == f"cases 1–3 of {N} (page 1 of 3)"
+    last = lookup.case_page(finding="Pleural Effusion", page=2)
+    assert len(last.choices) == N - 6  # the page after the first two
+    assert "Pleural Effusion: positive" in first.choices[0][0]
+    positive = lookup.case_page(finding="Pleural Effusion", status="positive")
+    assert sorted(i for _, i in positive.choices) == sorted(_id_of(lookup, k) for k in (0, 4))
+    assert not any("ACC" in label for label, _ in first.choices)  # identifiers are never shown
+    by_accession = lookup.case_page("acc000")
+    assert by_accession.total == N
+    assert lookup.resolve_case("ACC0003") == _id_of(lookup, 3)
+    with pytest.raises(ValueError, match="that accession number holds 2 images"):
+        lookup.resolve_case("ACC0005")
+    with pytest.raises(ValueError, match="no case with id or accession number 'ACC9'"):
+        lookup.resolve_case("ACC9")
+    assert lookup.load_case("acc0002").case_id == _id_of(lookup, 2)
