@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import itertools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -184,6 +185,7 @@ class CaseLookup(ArchiveThumbnails):
         self.reports_dir = Path(reports_dir)
         self.case_page_size = case_page_size
         self.report_texts = report_texts or ReportTexts()
+        self._serials = itertools.count(1)  # numbers the results pages this server sends
 
     # ---------------------------------------------------------------------------- archive
     @property
@@ -487,7 +489,7 @@ class CaseLookup(ArchiveThumbnails):
         )
         legend = similarity_legend(name.display, result.candidates, shown_baseline)
         html = results_html(list(rows), title, finding, legend, selected, relevant, not_relevant,
-                            shown_baseline)  # fmt: skip
+                            shown_baseline, next(self._serials))  # fmt: skip
         step(1.0, "Done")
         return ResultsPage(result, rows, title, legend, html, shown_baseline)
 

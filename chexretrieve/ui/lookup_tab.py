@@ -195,6 +195,11 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
                         selected_info = gr.HTML(elem_id="selected-info")
         panel = build_viewer_panel()
     wire_viewer_panel(panel, viewer, query_state, selected_state, ids_state)
+    # where Gradio shows that an action runs: the search's own steps over the results, a
+    # spinner over the query for a load, nothing for quick updates (no time estimate anywhere)
+    on_results = {**PRIVATE, "show_progress_on": [results]}
+    on_query = {**PRIVATE, "show_progress_on": [query_image]}
+    quietly = {**PRIVATE, "show_progress": "hidden"}
 
     settings_inputs = [finding, anchor_set, geometry, free_text, views, sex, age_min, age_max,
                        date_from, date_to, label_known]  # fmt: skip
@@ -303,11 +308,11 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
         (case_pick, (case_pick.input,)),
     ):
         for trigger in triggers:
-            trigger(load_case, [widget, finding], query_outputs, **PRIVATE).then(
-                quiet_search, search_inputs, search_outputs, **PRIVATE
+            trigger(load_case, [widget, finding], query_outputs, **on_query).then(
+                quiet_search, search_inputs, search_outputs, **on_results
             )
-    upload.upload(load_upload, [upload, finding], [*query_outputs, upload], **PRIVATE).then(
-        quiet_search, search_inputs, search_outputs, **PRIVATE
+    upload.upload(load_upload, [upload, finding], [*query_outputs, upload], **on_query).then(
+        quiet_search, search_inputs, search_outputs, **on_results
     )
 
     # ------------------------------------------------------------------ case picker
@@ -322,11 +327,11 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
 
     picker_inputs = [pick_text, pick_status, finding]
     for trigger in (pick_text.submit, pick_status.input):
-        trigger(lambda t, s, f: show_page(t, s, f, 0), picker_inputs, picker_outputs, **PRIVATE)
+        trigger(lambda t, s, f: show_page(t, s, f, 0), picker_inputs, picker_outputs, **quietly)
     prev_btn.click(lambda t, s, f, p: show_page(t, s, f, p - 1), [*picker_inputs, page_state],
-                   picker_outputs, **PRIVATE)  # fmt: skip
+                   picker_outputs, **quietly)  # fmt: skip
     next_btn.click(lambda t, s, f, p: show_page(t, s, f, p + 1), [*picker_inputs, page_state],
-                   picker_outputs, **PRIVATE)  # fmt: skip
+                   picker_outputs, **quietly)  # fmt: skip
 
     # ------------------------------------------------------------------ search settings
     def finding_changed(fnd, text, status):
@@ -342,8 +347,8 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
         finding_changed,
         [finding, pick_text, pick_status],
         [anchor_set, message, case_pick, page_state],
-        **PRIVATE,
-    ).then(quiet_search, search_inputs, search_outputs, **PRIVATE)
+        **quietly,
+    ).then(quiet_search, search_inputs, search_outputs, **on_results)
 
     def geometry_changed(geom):
         uses_anchors = attempt(lambda: geometry_name(geom).needs_anchors, lambda _: True)
@@ -351,13 +356,13 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
         return (gr.update(interactive=uses_anchors, info=info),
                 gr.update(interactive=uses_anchors, info=info))  # fmt: skip
 
-    geometry.input(geometry_changed, geometry, [finding, anchor_set], **PRIVATE).then(
-        quiet_search, search_inputs, search_outputs, **PRIVATE
+    geometry.input(geometry_changed, geometry, [finding, anchor_set], **quietly).then(
+        quiet_search, search_inputs, search_outputs, **on_results
     )
     for widget in (anchor_set, baseline):
-        widget.input(quiet_search, search_inputs, search_outputs, **PRIVATE)
+        widget.input(quiet_search, search_inputs, search_outputs, **on_results)
     for trigger in (search_btn.click, free_text.submit):
-        trigger(explicit_search, search_inputs, search_outputs, **PRIVATE)
+        trigger(explicit_search, search_inputs, search_outputs, **on_results)
 
     # ------------------------------------------------------ selection and the compare viewer
     select_inputs = {query_state, ids_state, *settings_inputs, panel.window, panel.preset}
@@ -389,7 +394,7 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
 
         return attempt(act, lambda t: (message_html(t), *(gr.skip(),) * (len(select_outputs) - 1)))
 
-    results.pick(select_result, select_inputs, select_outputs, **PRIVATE)
+    results.pick(select_result, select_inputs, select_outputs, **on_results)
 
     def open_query(data: dict):
         def act():
@@ -405,7 +410,7 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
     open_query_btn.click(
         open_query, {query_state, *settings_inputs, panel.window, panel.preset},
         [message, panel.column, panel.is_open, panel.title, panel.images, panel.details],
-        **PRIVATE,
+        **on_query,
     )  # fmt: skip
 
     # --------------------------------------------------------------- relevance feedback
@@ -431,10 +436,10 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
                 mark(flag),
                 [selected_state, *feedback_states],
                 [message, *feedback_states],
-                **PRIVATE,
-            ).then(quiet_search, search_inputs, search_outputs, **PRIVATE)
-    clear_btn.click(lambda: ((), ()), None, feedback_states, **PRIVATE).then(
-        quiet_search, search_inputs, search_outputs, **PRIVATE
+                **quietly,
+            ).then(quiet_search, search_inputs, search_outputs, **on_results)
+    clear_btn.click(lambda: ((), ()), None, feedback_states, **quietly).then(
+        quiet_search, search_inputs, search_outputs, **on_results
     )
 
     # ------------------------------------------------------------------ page load
@@ -448,5 +453,5 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
 
         return attempt(act, lambda t: (gr.skip(), message_html(t)))
 
-    app.load(page_loaded, finding, [anchor_set, message], **PRIVATE)
+    app.load(page_loaded, finding, [anchor_set, message], **quietly)
     return LookupTab(finding=finding, anchor_set=anchor_set)

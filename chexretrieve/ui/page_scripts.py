@@ -70,8 +70,7 @@ if (!element.dataset.cxBound) {
     element.querySelectorAll('.cx-view-img').forEach((img) => {
       if (zoom === 1) {  // fit: CSS (object-fit: contain) keeps the aspect ratio
         img.classList.remove('cx-zoomed');
-        img.style.width = '';
-        img.style.height = '';
+        for (const key of ['width', 'height', 'maxWidth', 'maxHeight']) img.style[key] = '';
         return;
       }
       const frame = img.parentElement;
@@ -79,6 +78,8 @@ if (!element.dataset.cxBound) {
       const fit = Math.min(frame.clientWidth / natural[0], frame.clientHeight / natural[1]);
       if (!(fit > 0)) return;
       img.classList.add('cx-zoomed');
+      img.style.maxWidth = 'none';
+      img.style.maxHeight = 'none';
       img.style.width = Math.max(1, natural[0] * fit * zoom) + 'px';
       img.style.height = Math.max(1, natural[1] * fit * zoom) + 'px';
     });
@@ -202,7 +203,7 @@ if (!element.dataset.cxBound) {
     window.__cxViewerKeys = true;
     document.addEventListener('keydown', (event) => {
       const overlay = document.getElementById('viewer');
-      if (event.key === 'Escape' && overlay && overlay.offsetParent !== null) {
+      if (event.key === 'Escape' && overlay && overlay.getClientRects().length > 0) {
         const close = document.getElementById('viewer-close');
         if (close) close.click();
       }

@@ -106,12 +106,16 @@ def results_html(
     relevant: Iterable[int] = (),
     not_relevant: Iterable[int] = (),
     baseline: bool = False,
+    serial: int = 0,
 ) -> str:
-    """Cards and table of one ranking (escaped); ``selected`` is highlighted in both."""
+    """Cards and table of one ranking (escaped); ``selected`` is highlighted in both. ``serial``
+    numbers the answers of one server (``data-serial``: a new answer is told from an identical
+    earlier one)."""
     relevant, not_relevant = set(relevant), set(not_relevant)
+    root = f"<div class='cx-results' data-serial='{int(serial)}'>"
     if not rows:
         return (
-            f"<div class='cx-results'><div class='cx-results-title'>{esc(title)}</div>"
+            f"{root}<div class='cx-results-title'>{esc(title)}</div>"
             "<p class='cx-empty'>No case passes the filters: widen them and search again.</p></div>"
         )
     cards, lines = [], []
@@ -160,7 +164,7 @@ def results_html(
     heads += ["view", "sex", "age", "date", finding, "report"]
     head = "".join(f"<th>{esc(h)}</th>" for h in heads)
     return (
-        f"<div class='cx-results'><div class='cx-results-title'>{esc(title)}</div>"
+        f"{root}<div class='cx-results-title'>{esc(title)}</div>"
         f"<div class='cx-cards'>{''.join(cards)}</div>"
         f"<div class='cx-table-wrap'><table class='cx-hits cx-result-table'><thead><tr>{head}"
         f"</tr></thead><tbody>{''.join(lines)}</tbody></table></div>"

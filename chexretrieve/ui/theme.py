@@ -51,10 +51,9 @@ td.cx-num {font-variant-numeric: tabular-nums}
   overflow-wrap: anywhere}
 .cx-card:hover, .cx-row:hover {border-color: var(--color-accent-soft);
   background: var(--background-fill-secondary)}
-.cx-card.cx-selected {border-color: var(--color-accent); box-shadow: 0 0 0 2px
-  var(--color-accent-soft)}
+.cx-card.cx-selected {border-color: #2563eb; box-shadow: 0 0 0 2px #bfd3fb}
 tr.cx-row {cursor: pointer}
-tr.cx-row.cx-selected td {background: var(--color-accent-soft) !important}
+tr.cx-row.cx-selected td {background: #e3ecfd !important}
 .cx-sim {font-variant-numeric: tabular-nums; font-weight: 600}
 .cx-table-wrap {overflow-x: auto; max-width: 100%}
 table.cx-result-table td.cx-report {white-space: normal; min-width: 14rem; font-size: 0.78rem;
@@ -99,7 +98,11 @@ table.cx-result-table td.cx-report {white-space: normal; min-width: 14rem; font-
 .cx-sides {display: grid; grid-template-columns: 1fr 1fr; gap: 1rem}
 .cx-lookup .cx-query-panel {min-width: 300px}
 #upload {min-height: 0}
+#upload [data-testid="upload-icon"] {display: none}
+#upload button.upload-container {padding-top: 2.1rem; box-sizing: border-box}
 #lookup-message:has(.prose:empty), #viewer-message:has(.prose:empty) {display: none}
+[data-testid="status-tracker"] .eta-bar, [data-testid="status-tracker"] .progress-text
+  {display: none}
 """
 
 

@@ -94,11 +94,13 @@ def wire_viewer_panel(panel: ViewerPanel, viewer: CompareViewer, query_state, se
 
     outputs = [panel.message, panel.window, panel.preset, panel.images]
     context = [query_state, selected_state, ids_state]
-    panel.images.preset(chose_preset, context, outputs, **PRIVATE)
-    panel.images.window(set_window, context, outputs, **PRIVATE)
+    on_images = {**PRIVATE, "show_progress_on": [panel.images]}
+    panel.images.preset(chose_preset, context, outputs, **on_images)
+    panel.images.window(set_window, context, outputs, **on_images)
     panel.close.click(
         lambda: (gr.update(visible=False), False, ""),
         None,
         [panel.column, panel.is_open, panel.message],
         **PRIVATE,
+        show_progress="hidden",
     )

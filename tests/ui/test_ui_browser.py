@@ -1,16 +1,22 @@
 """The case-lookup UI in a real browser: headless Debian Chromium driven by Playwright.
 
-One small phantom archive (40 DICOM phantoms, ingested with the test stand-in encoder) is served
-in this process on a free loopback port. Screenshots go to test-artifacts/ui/ in the checkout.
+One small phantom archive (40 DICOM phantoms with labels and reports, ingested with the test
+stand-in encoder) is served in this process on a free loopback port; every scenario shares it and
+one page. Screenshots go to test-artifacts/ui/ in the checkout (both window sizes where the
+layout is checked). The scenarios named ``test_defect_N_...`` are issue 15's defects.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import io
+import json
 import os
 import re
 import shutil
 import socket
+import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -56,7 +62,15 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 XSS = "<script>window.__xss = 1</script>"
-TIMEOUT_MS = 60_000
+TIMEOUT_MS = 60_000  # a hang guard: every wait below waits for an event, not for a time
+#: the two window sizes the layout is checked at
+SIZES = ((1920, 1080), (1280, 720))
+#: cases per picker page in this world (40 cases: three pages)
+PAGE_SIZE = 15
+CASE_ID = "#case-id textarea, #case-id input"
+#: Gradio's error badge on a component, and its error toast
+BADGES = "[data-testid='status-tracker'] .error, [data-testid='toast-body']"
+MESSAGE = "#lookup-message .cx-message"
 
 
 def _free_port() -> int:
@@ -89,6 +103,7 @@ def world(tmp_path_factory):
         GRADIO_ANALYTICS_ENABLED="False",
         CHEXRETRIEVE_TEST_ENCODERS="1",
         CHEXRETRIEVE_ANCHORS=str(anchors),
+        CHEXRETRIEVE_AUDIT_LOG=str(root / "audit.jsonl"),
     )
     from chexretrieve.encoders.stand_in import load_stand_in
     from chexretrieve.ingest.config import IngestConfig
@@ -113,9 +128,10 @@ def world(tmp_path_factory):
     store.close()
     _write_report(root / "reports")
     _write_hostile_dicom(root / "hostile.dcm")
+    (root / "notes.dcm").write_text("meeting notes, not an image\n", encoding="utf-8")
     try:
-        yield {"root": root, "db_url": db_url, "anchors": anchors, "repo_anchors": _digest(
-            REPO / "anchors")}  # fmt: skip
+        yield {"root": root, "db_url": db_url, "anchors": anchors, "archive": archive,
+               "repo_anchors": _digest(REPO / "anchors")}  # fmt: skip
     finally:
         os.environ.clear()
         os.environ.update(saved)
@@ -170,6 +186,7 @@ def _write_hostile_dicom(path: Path) -> None:
 
 
 def _launch(world, **overrides):
+    """Serve the UI over ``world``; (app, url). ``app.case_lookup`` is the server's CaseLookup."""
     from chexretrieve.ui.app import build_app, launch_app, open_case_lookup
     from chexretrieve.ui.config import UIConfig
 
@@ -183,15 +200,21 @@ def _launch(world, **overrides):
     )
     lookup, curation = open_case_lookup(config)
     app = build_app(lookup, curation, config)
+    app.case_lookup = lookup
     launch_app(app, config, block=False)
     return app, f"http://127.0.0.1:{config.port}/"
 
 
 @pytest.fixture(scope="module")
-def server(world):
-    app, url = _launch(world)
-    yield url
+def served(world):
+    app, url = _launch(world, case_page_size=PAGE_SIZE)
+    yield {"url": url, "lookup": app.case_lookup}
     app.close(verbose=False)
+
+
+@pytest.fixture(scope="module")
+def server(served):
+    return served["url"]
 
 
 @pytest.fixture(scope="module")
@@ -212,49 +235,98 @@ def shared_page(browser, server):
     page = context.new_page()
     page.set_default_timeout(TIMEOUT_MS)
     page.goto(server)
-    page.wait_for_selector("#case-id input")
+    page.wait_for_selector(CASE_ID)
     yield page
     context.close()
 
 
 @pytest.fixture
 def page(shared_page):
+    _close_viewer(shared_page)
+    shared_page.set_viewport_size({"width": 1500, "height": 1000})
     shared_page.get_by_role("tab", name="Case lookup").click()
     return shared_page
 
 
-def _shot(page, name: str) -> None:
+def _shot(page, name: str, full_page: bool = True) -> None:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=full_page)
 
 
-def _text_changes(page, selector: str, before: str) -> str:
-    """Wait until the element's text differs from ``before`` (and is not empty); return it."""
+def _wait_text(page, selector: str, needle: str) -> str:
     page.wait_for_function(
-        "([sel, prev]) => { const e = document.querySelector(sel);"
-        " return e !== null && e.innerText.trim() !== prev && e.innerText.trim() !== ''; }",
-        arg=[selector, before],
+        "([sel, needle]) => { const e = document.querySelector(sel);"
+        " return e !== null && e.innerText.includes(needle); }",
+        arg=[selector, needle],
     )
-    return page.inner_text(selector).strip()
+    return page.inner_text(selector)
 
 
-def _rows_text(page, selector: str) -> str:
-    found = page.query_selector(f"{selector} tbody")
-    return found.inner_text().strip() if found else ""
+def _results_html(page) -> str:
+    """The results the server sent last (without Gradio's progress overlay)."""
+    return page.eval_on_selector("#results", "e => e.querySelector('.cx-results').outerHTML")
 
 
-def _table(page, selector: str) -> list[list[str]]:
+def _wait_results_change(page, before: str) -> None:
+    """Wait until the results area holds a new search answer (numbered by the server, not the
+    placeholder a new query shows first) and no action on it is running."""
+    page.wait_for_function(
+        "(prev) => { const e = document.querySelector('#results');"
+        " const r = e && e.querySelector('.cx-results[data-serial]');"
+        " const busy = e && e.querySelector('[data-testid=status-tracker]:not(.hide)');"
+        " return r && r.outerHTML !== prev && !busy; }",
+        arg=before,
+    )
+
+
+def _result_ids(page) -> list[int]:
+    return page.eval_on_selector_all(
+        "#results tr[data-case]", "rows => rows.map(r => Number(r.dataset.case))"
+    )
+
+
+def _selected_ids(page) -> set[int]:
+    return set(
+        page.eval_on_selector_all(
+            "#results .cx-selected", "items => items.map(e => Number(e.dataset.case))"
+        )
+    )
+
+
+def _table(page) -> list[list[str]]:
     rows = page.eval_on_selector_all(
-        f"{selector} tbody tr", "rows => rows.map(r => Array.from(r.cells, c => c.innerText))"
+        "#results tbody tr", "rows => rows.map(r => Array.from(r.cells, c => c.innerText))"
     )
     return [[c.strip() for c in row] for row in rows]
 
 
-def _load_case(page, case_id: int) -> None:
-    before = _rows_text(page, "#geo-table")
-    page.fill("#case-id input", str(case_id))
+def _message(page) -> str:
+    """The message above the results ('' when there is none)."""
+    return page.eval_on_selector(
+        "#lookup-message",
+        "e => { const m = e.querySelector('.cx-message'); return m ? m.innerText.trim() : ''; }",
+    )
+
+
+def _load_case(page, case_id) -> None:
+    before = _results_html(page)
+    page.fill(CASE_ID, str(case_id))
     page.click("#load-case")
-    _text_changes(page, "#geo-table tbody", before)
+    _wait_results_change(page, before)
+    page.wait_for_selector("#results .cx-card")
+
+
+def _try_case(page, text: str) -> str:
+    """Type ``text`` as a case id that is refused; the (new) message it gets."""
+    before = _message(page)
+    page.fill(CASE_ID, text)
+    page.click("#load-case")
+    page.wait_for_function(
+        "(prev) => { const m = document.querySelector('#lookup-message .cx-message');"
+        " return m !== null && m.innerText.trim() !== prev; }",
+        arg=before,
+    )
+    return _message(page)
 
 
 def _choose(page, dropdown: str, value: str) -> None:
@@ -262,73 +334,192 @@ def _choose(page, dropdown: str, value: str) -> None:
     page.click(f"li[role='option'][aria-label='{value}']")
 
 
-def test_search_by_case_switch_geometry_explain_and_feedback(page):
+def _open_result(page, rank: int) -> int:
+    """Click the result at ``rank`` (1-based) and wait for the compare viewer; its case id."""
+    card = page.locator("#results .cx-card").nth(rank - 1)
+    case_id = int(card.get_attribute("data-case"))
+    card.click()
+    page.wait_for_selector("#viewer .cx-pane[data-side='result'] .cx-view-img")
+    _wait_text(page, "#viewer-title", f"case {case_id}")
+    return case_id
+
+
+def _close_viewer(page) -> None:
+    if page.locator("#viewer").is_visible():
+        page.keyboard.press("Escape")
+        page.wait_for_selector("#viewer", state="hidden")
+
+
+def _viewer_pixels(page, side: str) -> np.ndarray:
+    from PIL import Image
+
+    src = page.get_attribute(f"#viewer .cx-pane[data-side='{side}'] .cx-view-img", "src")
+    head, _, data = src.partition(",")
+    assert head == "data:image/png;base64"
+    with Image.open(io.BytesIO(base64.b64decode(data))) as image:
+        return np.asarray(image)
+
+
+def _audit(world) -> list[dict]:
+    path = world["root"] / "audit.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _source_of(served, case_id: int) -> Path:
+    return Path(served["lookup"].gallery.metadata.loc[case_id, "source_path"])
+
+
+# ----------------------------------------------------------------------------- the main path
+def test_search_by_case_one_ranking_with_labels_reports_and_explanation(page, world):
+    assert page.input_value(CASE_ID) == ""  # the case id box starts empty, not at 0
+    _shot(page, "01-landing")
     _load_case(page, 5)
-    cos, geo = _table(page, "#cos-table"), _table(page, "#geo-table")
-    assert len(cos) == 12 and len(geo) == 12
-    assert "5" not in [row[1] for row in cos + geo]  # the query itself is never a result
-    assert page.locator("#geo-gallery img").count() == 12
-    assert "softmax" in page.inner_text("#geo-title")
-    assert "Query: case 5" in page.inner_text("#query-info")
-    _shot(page, "01-search-by-case")
+    ids = _result_ids(page)
+    assert len(ids) == 12 and 5 not in ids  # the query itself is never a result
+    assert page.locator("#results table").count() == 1  # one ranking
+    assert page.locator("#results .cx-card img").count() == 12
+    head = page.inner_text("#results thead")
+    assert "similarity" in head and "report" in head and "Pleural Effusion" in head
+    legend = page.inner_text("#results .cx-legend")
+    assert "percentile" in legend and "100 = more similar" in legend
+    assert page.inner_text("#results tbody tr:first-child td:nth-child(3)") == "100"
+    reports = [row[-1] for row in _table(page)]
+    assert sum(1 for r in reports if r != "—") >= 10  # phantom reports reach the table
+    info = page.inner_text("#query-info")
+    assert "Query: case 5" in info and "Labels" in info and "Report" in info
+    _shot(page, "02-results")
 
-    softmax_ids = [row[1] for row in geo]
-    softmax_rows = _rows_text(page, "#geo-table")
-    _choose(page, "#geometry", "gaussian")
-    page.wait_for_function(
-        "() => document.querySelector('#geo-title').innerText.includes('gaussian')"
-    )
-    _text_changes(page, "#geo-table tbody", softmax_rows)
-    gaussian_ids = [row[1] for row in _table(page, "#geo-table")]
-    assert gaussian_ids != softmax_ids
-    assert [row[1] for row in _table(page, "#cos-table")] == [row[1] for row in cos]
-
-    page.locator("#geo-gallery img").nth(1).click()
-    page.wait_for_function(
-        "() => document.querySelector('#explanation').innerText.includes('Why case')"
-    )
-    explanation = page.inner_text("#explanation")
-    assert f"Why case {gaussian_ids[1]} is close to case 5" in explanation
+    case_id = _open_result(page, 2)
+    _close_viewer(page)
+    explanation = _wait_text(page, "#explanation", "Why case")
+    assert f"Why case {case_id} is close to case 5" in explanation
+    assert "Both images weigh ‘" in explanation
     assert "Anchor sentences both images weight most" in explanation
-    assert f"Result: case {gaussian_ids[1]}" in page.inner_text("#selected-info")
-    _shot(page, "02-explanation")
-
-    before = _rows_text(page, "#geo-table")
-    page.click("#mark-rel")
-    page.wait_for_function(
-        "() => document.querySelector('#feedback').innerText.includes('Relevant: ')"
-    )
-    assert f"Relevant: {gaussian_ids[1]}" in page.inner_text("#feedback")
-    table = _text_changes(page, "#geo-table tbody", before)
-    assert "✓" in table
+    selected = page.inner_text("#selected-info")
+    assert f"Result: case {case_id}" in selected and "Report" in selected
+    assert _selected_ids(page) == {case_id}
+    _shot(page, "03-explanation")
 
 
-def test_filter_by_view_restricts_both_rankings(page):
+def test_cosine_baseline_column_and_geometry_switch(page):
     _load_case(page, 8)
-    total = int(re.search(r"(\d+) candidates", page.inner_text("#cos-title")).group(1))
+    softmax_ids = _result_ids(page)
+    before = _results_html(page)
+    page.get_by_label("Cosine baseline column").check()
+    _wait_results_change(page, before)
+    assert "cosine (baseline)" in page.inner_text("#results thead")
+    assert all(re.fullmatch(r"#\d+ · [\d.]+", row[3]) for row in _table(page))
+    assert _result_ids(page) == softmax_ids  # the ranking itself is the chosen geometry's
+    before = _results_html(page)
+    _choose(page, "#geometry", "Gaussian")
+    _wait_results_change(page, before)
+    assert "Gaussian" in page.inner_text("#results .cx-results-title")
+    assert _result_ids(page) != softmax_ids
+    before = _results_html(page)
+    page.get_by_label("Cosine baseline column").uncheck()
+    _wait_results_change(page, before)
+    _choose(page, "#geometry", "Softmax")
+
+
+def test_filter_by_view_restricts_the_ranking(page):
+    _load_case(page, 8)
+    total = int(re.search(r"([\d,]+) candidate cases", page.inner_text("#results")).group(1))
     page.click("#filters button.label-wrap")
     page.get_by_label("AP", exact=True).check()
-    before = _rows_text(page, "#geo-table")
+    before = _results_html(page)
     page.click("#search")
-    _text_changes(page, "#geo-table tbody", before)
-    filtered = int(re.search(r"(\d+) candidates", page.inner_text("#cos-title")).group(1))
+    _wait_results_change(page, before)
+    filtered = int(re.search(r"([\d,]+) candidate cases", page.inner_text("#results")).group(1))
     assert 0 < filtered < total
-    for selector in ("#cos-table", "#geo-table"):
-        views = {row[3] for row in _table(page, selector)}
-        assert views == {"AP"}
-    _shot(page, "03-filter-ap")
+    assert {row[3] for row in _table(page)} == {"AP"}  # the view column
+    _shot(page, "04-filter-ap")
     page.get_by_label("AP", exact=True).uncheck()  # leave the shared page unfiltered
+    page.click("#filters button.label-wrap")
+
+
+# ----------------------------------------------------------------------------- the compare viewer
+def test_compare_viewer_windows_both_images_zooms_and_is_audited(page, world, served):
+    from chexretrieve.dicom import read_pixel_values
+    from chexretrieve.ui.viewer import preset_window
+
+    _load_case(page, 5)
+    case_id = _open_result(page, 1)
+    entry = _audit(world)[-1]
+    assert (entry["action"], entry["what"], entry["image"]) == ("view", "viewer", case_id)
+    readout = page.inner_text("#viewer .cx-window-readout")
+    assert readout.startswith("Each image under its own default window")
+    assert "DICOM window" in readout  # each file's Window Center / Width
+    assert "Labels" in page.inner_text("#viewer-details")
+    assert "Both images weigh ‘" in page.inner_text("#viewer-details")
+    _shot(page, "05-compare-viewer", full_page=False)
+
+    # a preset: the same window on both images, computed on the query's values
+    page.click("#viewer [data-preset='lung']")
+    _wait_text(page, "#viewer .cx-window-readout", "Same window on both")
+    query_values = read_pixel_values(_source_of(served, 5), max_side=1024)
+    lung = preset_window(query_values, "lung")
+    panes = page.eval_on_selector_all(
+        "#viewer .cx-pane[data-center]", "ps => ps.map(p => [p.dataset.center, p.dataset.width])"
+    )
+    assert [tuple(map(float, p)) for p in panes] == [pytest.approx(lung)] * 2
+
+    # a typed window: what is shown is the DICOM linear VOI of the stored values
+    page.fill("#viewer .cx-win-center", "1500")
+    page.fill("#viewer .cx-win-width", "600")
+    page.press("#viewer .cx-win-width", "Enter")
+    _wait_text(page, "#viewer .cx-window-readout", "centre 1500 / width 600")
+    for side, source in (("query", 5), ("result", case_id)):
+        values = read_pixel_values(_source_of(served, source), max_side=1024)
+        shown = _viewer_pixels(page, side)
+        low, high = 1500 - 0.5 - 599 / 2, 1500 - 0.5 + 599 / 2
+        x = values.values.astype(np.float64)
+        naive = np.where(x <= low, 0, np.where(x > high, 255, ((x - 1499.5) / 599 + 0.5) * 255))
+        naive = np.rint(naive).astype(np.uint8)
+        np.testing.assert_array_equal(shown, 255 - naive if values.invert else naive)
+
+    # a bad typed window is a message; the images and the toolbar stay
+    page.fill("#viewer .cx-win-width", "0.2")
+    page.press("#viewer .cx-win-width", "Enter")
+    assert "width must be at least 1" in _wait_text(page, "#viewer-message", "width")
+    assert page.locator("#viewer .cx-view-img").count() == 2
+
+    # drag on an image: right widens the window, the new window is applied to both
+    box = page.locator("#viewer .cx-pane[data-side='query'] .cx-view-img").bounding_box()
+    x0, y0 = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+    page.mouse.move(x0, y0)
+    page.mouse.down()
+    page.mouse.move(x0 + 120, y0 + 40, steps=6)
+    page.mouse.up()
+    readout = _wait_text(page, "#viewer .cx-window-readout", "Same window on both: centre")
+    center, width = map(float, re.search(r"centre ([\d.]+) / width ([\d.]+)", readout).groups())
+    assert width > 600 and center > 1500
+
+    # zoom: both images grow together from their fitted size; Fit returns; Escape closes
+    fitted = page.eval_on_selector_all(
+        "#viewer .cx-view-img",
+        "imgs => imgs.map(i => { const r = i.getBoundingClientRect();"
+        " const fit = Math.min(r.width / i.naturalWidth, r.height / i.naturalHeight);"
+        " return fit * i.naturalWidth; })",
+    )
+    page.click("#viewer [data-zoom='in']")
+    _wait_text(page, "#viewer .cx-zoom-level", "150%")
+    sizes = page.eval_on_selector_all(
+        "#viewer .cx-view-img", "imgs => imgs.map(i => i.getBoundingClientRect().width)"
+    )
+    assert sizes == [pytest.approx(1.5 * f, abs=2) for f in fitted]
+    page.click("#viewer [data-zoom='fit']")
+    _wait_text(page, "#viewer .cx-zoom-level", "100%")
+    page.keyboard.press("Escape")
+    page.wait_for_selector("#viewer", state="hidden")
 
 
 def test_upload_of_hostile_dicom_is_searched_and_inert(page, world):
     dialogs = []
     page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
-    before = _rows_text(page, "#geo-table")
+    before = _results_html(page)
     page.set_input_files("#upload input[type=file]", str(world["root"] / "hostile.dcm"))
-    page.wait_for_function(
-        "() => document.querySelector('#query-info').innerText.includes('uploaded image')"
-    )
-    _text_changes(page, "#geo-table tbody", before)
+    _wait_text(page, "#query-info", "uploaded image")
+    _wait_results_change(page, before)
     info = page.inner_text("#query-info")
     assert XSS in info and "<img src=x onerror=window.__xss=2>" in info  # shown as text
     assert "61 years" in info and "2024-03-05" in info
@@ -336,10 +527,311 @@ def test_upload_of_hostile_dicom_is_searched_and_inert(page, world):
     assert page.locator("#query-info script, #query-info img").count() == 0
     content = page.content()
     assert "Doe" not in content and "SECRET-PID" not in content
-    assert len(_table(page, "#geo-table")) == 12
-    _shot(page, "04-upload-dicom")
+    assert len(_result_ids(page)) == 12
+    _shot(page, "06-upload-dicom")
 
 
+# ----------------------------------------------------------------------------- issue 15's defects
+def test_defect_1_an_uploaded_archived_image_never_returns_its_own_study(page, world, served):
+    lookup = served["lookup"]
+    meta = lookup.gallery.metadata
+    study = meta.loc[12, "study_uid"]
+    same_study = {int(i) for i in meta.index[meta["study_uid"] == study]}
+    copy = world["root"] / "copy-of-case-12.dcm"
+    shutil.copy(_source_of(served, 12), copy)
+    before = _results_html(page)
+    page.set_input_files("#upload input[type=file]", str(copy))
+    _wait_results_change(page, before)
+    ids = _result_ids(page)
+    assert len(ids) == 12 and not same_study & set(ids)
+
+
+def test_defect_2_errors_are_messages_and_every_widget_stays_usable(page, world):
+    _load_case(page, 5)
+    assert _result_ids(page)
+    message = _try_case(page, "99999")
+    assert "no case 99999" in message
+    assert _result_ids(page) == []  # the old results are cleared
+    assert "No results yet" in page.inner_text("#results")
+    assert page.locator("#upload input[type=file]").count() == 1  # the drop zone is still there
+    assert page.locator("#anchor-set input").is_visible()
+    assert page.locator(BADGES).count() == 0  # no Gradio error badge or toast
+    assert page.input_value(CASE_ID) == "99999"  # what was typed stays
+
+    # an empty age range: a message, the typed ages stay, the old results are cleared
+    _load_case(page, 5)
+    page.click("#filters button.label-wrap")
+    page.fill("#f-age-min input", "80")
+    page.fill("#f-age-max input", "20")
+    page.click("#search")
+    assert "age range is empty" in _wait_text(page, MESSAGE, "age")
+    assert _result_ids(page) == []
+    assert page.input_value("#f-age-min input") == "80"
+    assert page.input_value("#f-age-max input") == "20"
+    page.fill("#f-age-min input", "0")
+    page.fill("#f-age-max input", "120")
+    page.click("#filters button.label-wrap")
+
+    # a file that is not an image: the message speaks of the upload; the drop zone is back
+    _load_case(page, 6)
+    page.set_input_files("#upload input[type=file]", str(world["root"] / "notes.dcm"))
+    message = _wait_text(page, MESSAGE, "uploaded file")
+    assert "'notes.dcm' is not a DICOM, PNG or JPEG image" in message
+    assert "archive" not in message and "ingest" not in message
+    assert _result_ids(page) == []
+    assert page.locator("#upload input[type=file]").count() == 1
+    _shot(page, "07-error-upload")
+
+    # the dropdowns still work: the finding changes the anchor sets offered
+    _choose(page, "#finding", "Edema")
+    page.wait_for_function(
+        "() => document.querySelector('#anchor-set input').value.startsWith('edema.')"
+    )
+    _choose(page, "#finding", "Pleural Effusion")
+    page.wait_for_function(
+        "() => document.querySelector('#anchor-set input').value.startsWith('pleural_effusion.')"
+    )
+
+
+def test_defect_2_a_new_query_clears_selection_feedback_and_window(page):
+    _load_case(page, 5)
+    case_id = _open_result(page, 3)
+    page.click("#viewer [data-preset='bone']")
+    _wait_text(page, "#viewer .cx-window-readout", "Same window on both")
+    page.click("#viewer-mark-rel")
+    _wait_text(page, "#feedback", f"Relevant: {case_id}")
+    _close_viewer(page)
+    _load_case(page, 9)
+    assert _selected_ids(page) == set()
+    assert "Click a result to compare" in page.inner_text("#explanation")
+    assert "No feedback yet" in page.inner_text("#feedback")
+    _open_result(page, 1)
+    readout = page.inner_text("#viewer .cx-window-readout")
+    assert readout.startswith("Each image under its own default window")  # not bone
+    assert page.locator("#viewer .cx-preset.cx-on").inner_text() == "DICOM default"
+    _close_viewer(page)
+
+
+def test_defect_2_a_curation_line_without_a_sign_is_a_message(page):
+    page.get_by_role("tab", name="Curation").click()
+    page.wait_for_selector("#cur-table table")
+    text = page.input_value("#cur-edit textarea")
+    page.fill("#cur-edit textarea", text + "\nPatchy opacity without a sign.")
+    page.click("#cur-save")
+    status = _wait_text(page, "#cur-status", "must start with")
+    assert "must start with '+' (positive) or '-' (negative)" in status
+    assert page.input_value("#cur-edit textarea").endswith("Patchy opacity without a sign.")
+    assert page.locator("#cur-set input").is_visible()  # the dropdown did not vanish
+    assert page.locator(BADGES).count() == 0
+    page.fill("#cur-edit textarea", text)
+
+
+def test_defect_3_marking_not_relevant_never_leaves_a_stale_selection(page):
+    _load_case(page, 7)
+    case_id = _open_result(page, 2)
+    _close_viewer(page)
+    _wait_text(page, "#explanation", f"Why case {case_id}")
+    before = _results_html(page)
+    page.click("#mark-nonrel")
+    _wait_results_change(page, before)
+    ids = _result_ids(page)
+    selected = _selected_ids(page)
+    explanation = page.inner_text("#explanation")
+    if case_id in ids:  # still listed: the highlight and the explanation follow the case
+        assert selected == {case_id} and f"Why case {case_id}" in explanation
+    else:  # gone: nothing is highlighted, nothing stale is explained
+        assert selected == set() and "Why case" not in explanation
+        assert f"Case {case_id} is no longer in the top" in _message(page)
+    now_second = ids[1]
+    page.click("#mark-rel")  # acts on the selected case or asks for one; never on rank 2's
+    if case_id in ids:
+        _wait_text(page, "#feedback", f"Relevant: {case_id}")
+    else:
+        _wait_text(page, MESSAGE, "Select a result first")
+    if now_second != case_id:
+        assert f"Relevant: {now_second}" not in page.inner_text("#feedback")
+    page.click("#clear-fb")
+    _wait_text(page, "#feedback", "No feedback yet")
+
+
+def test_defect_4_layout_captions_and_markers_at_both_sizes(page):
+    _load_case(page, 5)
+    _open_result(page, 1)
+    _close_viewer(page)
+    for width, height in SIZES:
+        page.set_viewport_size({"width": width, "height": height})
+        page.wait_for_timeout(200)  # one layout pass after the resize (not a race: re-read below)
+        overflow = page.evaluate(
+            "() => document.documentElement.scrollWidth - document.documentElement.clientWidth"
+        )
+        assert overflow <= 0, f"page wider than the window at {width}x{height}"
+        captions = page.eval_on_selector_all(
+            "#results .cx-card-text",
+            "cs => cs.map(c => [c.innerText, c.scrollWidth - c.clientWidth])",
+        )
+        assert captions and all(cut <= 0 for _, cut in captions)
+        assert all(re.search(r"#\d+ case \d+", text) for text, _ in captions[::2])
+        right = page.evaluate(
+            "() => Math.max(...Array.from(document.querySelectorAll("
+            "'#explanation table, #results table, #selected-info table'),"
+            " t => t.getBoundingClientRect().right))"
+        )
+        assert right <= width, f"a table leaves the window at {width}x{height}"
+        label, text, zone = page.evaluate(
+            "() => { const box = (r) => [r.top, r.bottom];"
+            " const range = document.createRange();"
+            " const words = document.querySelector('#upload [data-testid=upload-text]');"
+            " range.selectNodeContents(words);"
+            " return [box(document.querySelector('#upload [data-testid=block-label]')"
+            ".getBoundingClientRect()), box(range.getBoundingClientRect()),"
+            " box(document.querySelector('#upload').getBoundingClientRect())]; }"
+        )
+        assert label[1] <= text[0], f"the upload label covers the drop zone's text at {width}"
+        assert zone[0] <= text[0] and text[1] <= zone[1], f"the drop text is cut at {width}"
+        _assert_corners_unobscured(page, "#query-image img")
+        _shot(page, f"08-results-{width}x{height}", full_page=False)
+        _open_result(page, 1)
+        for side in ("query", "result"):
+            _assert_corners_unobscured(page, f"#viewer .cx-pane[data-side='{side}'] .cx-view-img")
+        _shot(page, f"09-compare-viewer-{width}x{height}", full_page=False)
+        _close_viewer(page)
+
+
+def _assert_corners_unobscured(page, selector: str) -> None:
+    """The top corners of the image, where radiographs carry the L/R marker, are the image."""
+    hits = page.evaluate(
+        "(sel) => { const img = document.querySelector(sel); img.scrollIntoView({block: 'center'});"
+        " const r = img.getBoundingClientRect();"
+        " const w = img.naturalWidth, h = img.naturalHeight;"
+        " const s = Math.min(r.width / w, r.height / h);"
+        " const x0 = r.left + (r.width - w * s) / 2, y0 = r.top + (r.height - h * s) / 2;"
+        " return [[0.08, 0.08], [0.92, 0.08]].map(([fx, fy]) =>"
+        "   document.elementFromPoint(x0 + fx * w * s, y0 + fy * h * s) === img); }",
+        selector,
+    )
+    assert hits == [True, True], f"something covers a top corner of {selector}"
+
+
+def test_defect_5_cosine_shows_one_ranking_and_disables_finding_and_anchors(page):
+    _load_case(page, 5)
+    before = _results_html(page)
+    _choose(page, "#geometry", "Cosine (no anchors)")
+    _wait_results_change(page, before)
+    assert page.locator("#results table").count() == 1
+    assert "no anchors" in page.inner_text("#results .cx-results-title")
+    assert page.locator("#finding input").is_disabled()
+    assert page.locator("#anchor-set input").is_disabled()
+    assert "Cosine ignores the finding" in page.inner_text("#anchor-set")
+    before = _results_html(page)
+    _choose(page, "#geometry", "Softmax")
+    _wait_results_change(page, before)
+    assert page.locator("#finding input").is_enabled()
+    assert page.locator("#anchor-set input").is_enabled()
+
+
+def test_defect_6_a_saved_anchor_version_survives_a_reload_and_is_the_default(page, world):
+    from chexretrieve.anchors import latest_anchor_set
+
+    page.get_by_role("tab", name="Curation").click()
+    page.wait_for_function(
+        "() => document.querySelector('#cur-table').innerText.includes('pleural_effusion.a@1')"
+    )
+    text = page.input_value("#cur-edit textarea")
+    page.fill("#cur-edit textarea", text + "\n+ Layering right pleural fluid.")
+    page.click("#cur-save")
+    _wait_text(page, "#cur-status", "pleural_effusion.a@2")
+    assert latest_anchor_set("Pleural Effusion", root=world["anchors"]).key == (
+        "pleural_effusion.a@2"
+    )  # what `chexretrieve search` uses without --anchor-set
+    page.get_by_role("tab", name="Case lookup").click()
+    assert page.input_value("#anchor-set input") == "pleural_effusion.a@2 · latest"
+    page.reload()
+    page.wait_for_selector(CASE_ID)
+    page.wait_for_function(
+        "() => document.querySelector('#anchor-set input').value.includes('a@2')"
+    )
+    page.click("#anchor-set input")
+    options = page.eval_on_selector_all(
+        "li[role='option']", "items => items.map(i => i.getAttribute('aria-label'))"
+    )
+    page.keyboard.press("Escape")
+    assert "pleural_effusion.a@2 · latest" in options and "pleural_effusion.a@1" in options
+    _load_case(page, 5)
+    assert "anchors pleural_effusion.a@2" in page.inner_text("#results .cx-results-title")
+
+
+def test_defect_7_empty_search_strict_case_ids_and_a_picker_beyond_the_first_page(page):
+    page.reload()
+    page.wait_for_selector(CASE_ID)
+    assert page.input_value(CASE_ID) == ""
+    page.click("#search")
+    assert "No query yet" in _wait_text(page, MESSAGE, "No query yet")
+    assert "a case id is a whole number such as 12, not '2.5'" in _try_case(page, "2.5")
+    assert "case ids start at 1" in _try_case(page, "0")
+    page.click("#browse button.label-wrap, #browse > button")
+    info = _wait_text(page, "#browse", "cases 1–15 of 40")
+    assert "(page 1 of 3)" in info
+    page.click("#pick-next")
+    _wait_text(page, "#browse", "cases 16–30 of 40 (page 2 of 3)")
+    page.click("#case-pick input")
+    options = page.eval_on_selector_all(
+        "li[role='option']", "items => items.map(i => i.getAttribute('aria-label'))"
+    )
+    assert len(options) == PAGE_SIZE
+    assert all(re.match(r"case (\d+) · .* · Pleural Effusion: \w+", o) for o in options)
+    assert int(re.match(r"case (\d+)", options[0]).group(1)) > 15  # past the first page
+    page.keyboard.press("Escape")
+    _choose(page, "#pick-status", "positive")
+    page.wait_for_function(
+        "() => document.querySelector('#browse').innerText.includes('label positive')"
+    )
+    page.click("#case-pick input")
+    options = page.eval_on_selector_all(
+        "li[role='option']", "items => items.map(i => i.getAttribute('aria-label'))"
+    )
+    assert options and all(o.endswith("Pleural Effusion: positive") for o in options)
+    before = _results_html(page)
+    page.click(f"li[role='option'][aria-label='{options[0]}']")
+    _wait_results_change(page, before)
+    picked = int(re.match(r"case (\d+)", options[0]).group(1))
+    assert f"Query: case {picked}" in page.inner_text("#query-info")
+    _shot(page, "10-case-picker")
+    _choose(page, "#pick-status", "any")
+
+
+def test_defect_9_the_progress_names_the_real_work_of_a_first_search(page, served):
+    """The service's scoring step is held until the page has shown which step is running, so
+    the check waits for an event, never for a time."""
+    lookup = served["lookup"]
+    service = lookup.service
+    original = service.gallery_scores
+    shown, release = threading.Event(), threading.Event()
+
+    def held(request):
+        if request.geometry == "latent_spherical_posterior":
+            release.wait(TIMEOUT_MS / 1000)
+        return original(request)
+
+    service.gallery_scores = held
+    try:
+        _load_case(page, 5)
+        before = _results_html(page)
+        _choose(page, "#geometry", "Posterior latent spherical")
+        text = _wait_text(page, "#results", "fitting to the anchors")
+        shown.set()
+        assert "Posterior latent spherical: fitting to the anchors and scoring 40 cases" in text
+        assert re.search(r"\d+(\.\d+)?%", text)  # the bar's share of the steps
+        assert not re.search(r"\d+(\.\d+)?/\d+(\.\d+)?s", text)  # no "elapsed/estimated" promise
+    finally:
+        release.set()
+        service.gallery_scores = original
+    _wait_results_change(page, before)
+    assert "Posterior latent spherical" in page.inner_text("#results .cx-results-title")
+    assert shown.is_set()
+    _choose(page, "#geometry", "Softmax")
+
+
+# ----------------------------------------------------------------------------- other tabs, safety
 def test_curation_saves_a_new_version_and_measures_impact(page, world):
     page.get_by_role("tab", name="Curation").click()
     page.wait_for_selector("#cur-table table")
@@ -352,34 +844,24 @@ def test_curation_saves_a_new_version_and_measures_impact(page, world):
     page.fill("#cur-edit textarea", text + "\n+ Patchy opacity in the right lower zone.")
     page.fill("#cur-desc input, #cur-desc textarea", "browser test edit")
     page.click("#cur-save")
-    page.wait_for_function(
-        "() => document.querySelector('#cur-status').innerText.includes('lung_opacity.a@2')"
-    )
+    _wait_text(page, "#cur-status", "lung_opacity.a@2")
     assert "1 added" in page.inner_text("#cur-status")
     saved = world["anchors"] / "findings" / "lung_opacity" / "v2-a.yaml"
     assert saved.exists() and "Patchy opacity in the right lower zone." in saved.read_text()
-    page.wait_for_function(
-        "() => document.querySelector('#cur-table').innerText.includes('lung_opacity.a@2')"
-    )
+    _wait_text(page, "#cur-table", "lung_opacity.a@2")
     page.click("#cur-impact")
-    page.wait_for_function(
-        "() => document.querySelector('#cur-impact-report').innerText.includes('AUPRC')"
-    )
-    impact = page.inner_text("#cur-impact-report")
+    impact = _wait_text(page, "#cur-impact-report", "AUPRC")
     assert "lung_opacity.a@1 → lung_opacity.a@2" in impact
-    _shot(page, "05-curation")
+    _shot(page, "11-curation")
     assert _digest(REPO / "anchors") == world["repo_anchors"]  # the repo's sets untouched
 
 
 def test_evaluation_tab_shows_the_latest_report(page):
     page.get_by_role("tab", name="Evaluation").click()
-    page.wait_for_function(
-        "() => document.querySelector('#report-md').innerText.includes('AUPRC per finding')"
-    )
-    text = page.inner_text("#report-md")
+    text = _wait_text(page, "#report-md", "AUPRC per finding")
     assert "Phantom retrieval report" in text
     assert page.locator("#report-md table").count() >= 1
-    _shot(page, "06-evaluation")
+    _shot(page, "12-evaluation")
 
 
 def test_only_rendered_images_are_served(server, world):
@@ -414,8 +896,8 @@ def test_login_is_required_when_auth_is_on(world, browser):
             page.click("button:has-text('Login')")
             if password == "wrong":
                 page.wait_for_selector("text=Incorrect Credentials")
-        page.wait_for_selector("#case-id input")
-        _shot(page, "07-after-login")
+        page.wait_for_selector(CASE_ID)
+        _shot(page, "13-after-login")
         # the upload cap (1 MiB here) is enforced by the server, logged in or not
         for size, allowed in ((200_000, True), (2_000_000, False)):
             answer = page.request.post(
