@@ -167,20 +167,19 @@ def test_nothing_runs_in_the_browser(hostile, cases):
             page.set_default_timeout(ui_browser.TIMEOUT_MS)
             page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
             page.goto(url)
-            page.wait_for_selector("#case-id input")
+            page.wait_for_selector(ui_browser.CASE_ID)
             ui_browser._load_case(page, 1)  # hostile0.dcm is the first file ingested
-            page.locator("#geo-gallery img").nth(0).click()
-            page.wait_for_function(
-                "() => document.querySelector('#explanation').innerText.includes('Why case')"
-            )
+            ui_browser._open_result(page, 1)  # the compare viewer: captions, labels, details
+            page.keyboard.press("Escape")
+            page.wait_for_selector("#viewer", state="hidden")
+            ui_browser._wait_text(page, "#explanation", "Why case")
+            page.click("#browse button.label-wrap, #browse > button")
             page.click("#case-pick input")  # the case list, whose labels carry the view field
             page.keyboard.press("Escape")
-            before = ui_browser._rows_text(page, "#geo-table")
+            before = ui_browser._results_html(page)
             page.set_input_files("#upload input[type=file]", str(hostile["root"] / "upload.dcm"))
-            page.wait_for_function(
-                "() => document.querySelector('#query-info').innerText.includes('uploaded')"
-            )
-            ui_browser._text_changes(page, "#geo-table tbody", before)
+            ui_browser._wait_text(page, "#query-info", "uploaded")
+            ui_browser._wait_results_change(page, before)
             injected = page.evaluate(
                 "() => ({xss: window.__xss ?? null,"
                 " b: document.querySelectorAll('#injected-b, #injected-desc').length,"
