@@ -228,3 +228,16 @@ def test_other_readers_of_a_store_never_create_one(command, tmp_path):
     assert "no chexretrieve store at" in " ".join(done.stderr.split())
     assert "Traceback" not in done.stderr
     assert not missing.exists()
+
+
+@pytest.mark.parametrize("command", ["search", "serve"])
+def test_help_of_db_states_the_rule_the_command_follows(command, tmp_path):
+    """`--help` once said --db defaulted to the demo file while the command created an empty
+    ./chexretrieve.sqlite (issue 15 defect 8): the help names the order resolve_read_store uses."""
+    done = _cli(command, "--help", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.replace("│", " ").split())
+    rule = text[text.index("--db") :]
+    order = [rule.index(name) for name in ("$CHEXRETRIEVE_DB", "./chexretrieve.sqlite", "demo")]
+    assert order == sorted(order) and "none is ever created" in rule
+    assert not any(tmp_path.iterdir())  # asking for help writes nothing
