@@ -37,6 +37,9 @@ ROW_CHUNK = 16384
 #: 1-2 ms slower in two parts than in one at load ~3)
 SPLIT_MIN_BYTES = 48 << 20
 
+#: most rows a scan without the mask returns for the disallowed ones to be dropped afterwards
+OVERSCAN_ROWS = 4096
+
 _POOLS: dict[int, ThreadPoolExecutor] = {}
 _POOLS_LOCK = threading.Lock()
 
@@ -237,19 +240,41 @@ class KeyMatrix:
         if k <= 0:
             return np.empty(0, dtype=np.float32), np.empty(0, dtype=np.int64)
         query = self._padded(query)
+        if allowed is None:
+            return self._scan(query, k, None, threads)
+        mask = np.asarray(allowed, dtype=bool)
+        if mask.shape != (len(self),):
+            raise ValueError(f"the allowed mask has shape {mask.shape}; expected ({len(self)},)")
+        count = int(mask.sum())
+        if count == 0:
+            return np.empty(0, dtype=np.float32), np.empty(0, dtype=np.int64)
+        # A mask makes FAISS test every row (a virtual call and an unpredictable branch each):
+        # 1M x 99 float16 rows, 38% allowed, scanned in 49 ms against 34 without a mask. So the
+        # rows are scanned without it for more than k best rows, and the disallowed dropped:
+        # with k + (disallowed rows) of them at least k allowed ones remain (the own study's
+        # exclusion: always); otherwise (filters) twice the expected number are asked for and
+        # the masked scan runs only when fewer than k allowed ones came back.
+        excluded = len(self) - count
+        certain = k + excluded <= OVERSCAN_ROWS
+        wide = k + excluded if certain else 2 * k * len(self) // count + 16
+        if wide <= OVERSCAN_ROWS:
+            scores, rows = self._scan(query, min(wide, len(self)), None, threads)
+            keep = mask[rows]
+            if certain or int(keep.sum()) >= min(k, count):
+                return scores[keep][:k], rows[keep][:k]
+        return self._scan(query, k, mask, threads)
+
+    def _scan(self, query, k: int, mask, threads: int) -> tuple[np.ndarray, np.ndarray]:
+        """FAISS's top k of the (padded) query over the rows ``mask`` allows (None = all), split
+        into contiguous ranges scanned by ``threads`` threads when the rows are large enough."""
         faiss = _faiss()
-        bitmap = None
-        if allowed is not None:
-            mask = np.asarray(allowed, dtype=bool)
-            if mask.shape != (len(self),):
-                raise ValueError(
-                    f"the allowed mask has shape {mask.shape}; expected ({len(self)},)"
-                )
+        bitmap, bits = None, None
+        if mask is not None:
             bits = np.packbits(mask, bitorder="little")
             bitmap = faiss.IDSelectorBitmap(len(self), faiss.swig_ptr(bits))
         parts = max(1, min(int(threads), self.nbytes // SPLIT_MIN_BYTES, len(self)))
         bounds = np.linspace(0, len(self), parts + 1).astype(np.int64)
-        selectors, alive = [], []  # FAISS's selectors point at each other: keep all alive
+        selectors, alive = [], [bits]  # FAISS's selectors point at each other: keep all alive
         for start, stop in zip(bounds[:-1], bounds[1:], strict=True):
             if parts == 1:
                 selectors.append(bitmap)

@@ -209,3 +209,37 @@ def test_service_ranks_the_same_with_a_split_scan(tmp_path, monkeypatch):
     assert rankings[1] == rankings[2]
     with pytest.raises(ValueError, match="scan_threads"):
         SearchConfig(scan_threads=-1)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_masked_top_k_is_exact_on_every_path(dtype, monkeypatch):
+    """top_k with a mask scans without it for more rows and drops the disallowed ones when it
+    can: a few excluded rows (always enough left), a broad filter (enough allowed among twice
+    the expected count), a filter admitting only low scores (too few: the masked scan), a
+    selective filter (the masked scan at once); every path gives float64 numpy's top k."""
+    monkeypatch.setattr("chexretrieve.search.scoring.OVERSCAN_ROWS", 200)
+    rng = np.random.default_rng(8)
+    rows = rng.standard_normal((5000, 16)).astype(np.float32)
+    keys = KeyMatrix.from_rows(rows, dtype)
+    stored = keys.array.astype(np.float64)
+    query = rng.standard_normal(16)
+    exact = stored @ query
+    order = np.argsort(-exact, kind="stable")
+    few_out = np.ones(5000, dtype=bool)
+    few_out[order[[0, 3, 4]]] = False
+    low = np.zeros(5000, dtype=bool)
+    low[order[2500:]] = True  # only the worse half: none among the best rows
+    masks = {
+        "few excluded": few_out,
+        "broad": rng.random(5000) < 0.4,
+        "low scores only": low,
+        "selective": rng.random(5000) < 0.01,
+    }
+    for threads in (1, 3):
+        for name, mask in masks.items():
+            reference = np.where(mask, exact, -np.inf)
+            want = np.sort(reference)[::-1][: min(10, int(mask.sum()))]
+            scores, found = keys.top_k(query, 10, mask, threads=threads)
+            assert mask[found].all(), name
+            np.testing.assert_allclose(scores, want, rtol=1e-5, atol=1e-5, err_msg=name)
+            np.testing.assert_allclose(scores, stored[found] @ query, rtol=1e-5, atol=1e-5)
