@@ -1,10 +1,10 @@
 """Load: N concurrent users searching one SQLite archive while an ingest writes to it.
 
 Each simulated user is a thread that loops until the time is up over the actions of the case
-lookup: a search by an archived case (random finding and geometry), the UI handler's search (both
-rankings and their thumbnails), a search with explanations, a search after reloading the gallery
-from the database (what a server does after an ingest), and direct metadata reads, with a pause
-between actions (exponential, mean ``--think-s``; 0 makes every user hammer the server). One
+lookup: a search by an archived case (random finding and geometry), the UI handler's search (one
+ranking with its percentiles and thumbnails), a search with explanations, a search after reloading
+the gallery from the database (what a server does after an ingest), and direct metadata reads, with
+a pause between actions (exponential, mean ``--think-s``; 0 makes every user hammer the server). One
 search service is shared by all users, as in the UI server. Meanwhile ``chexretrieve ingest``
 runs in separate processes over fresh folders of radiographs, one after another, writing batches
 into the same database. Reported: requests, p50 / p95 / p99 / max latency, errors by kind (any
@@ -14,7 +14,7 @@ into the same database. Reported: requests, p50 / p95 / p99 / max latency, error
     .venv/bin/python benchmarks/load.py --users 5 --seconds 20 --gallery 200 --json load.json
     .venv/bin/python benchmarks/load.py --no-thumbnails       # results read from their files
 
-Goals: 20 users, p95 <= 2 s, zero errors; the UI search (both rankings and 24 thumbnails) p95
+Goals: 20 users, p95 <= 2 s, zero errors; the UI search (one ranking and 12 thumbnails) p95
 <= 1 s. Ingest stores a thumbnail per image (``IngestConfig.thumbnail_px``) and the UI shows results
 from those; ``--no-thumbnails`` ingests without them, so the UI reads each result's file (before).
 
@@ -209,7 +209,7 @@ def _user(context: dict, stop: threading.Event, seed: int, out: list) -> None:
             if action == "metadata":
                 store.image_by_id(case_id)
                 store.count_images()
-            elif action == "ui-search":  # the UI's handler: both rankings and their thumbnails
+            elif action == "ui-search":  # the UI's handler: the ranking, percentiles, thumbnails
                 query = lookup.load_case(case_id)
                 lookup.search(query, SearchSettings(finding=finding, geometry=geometry))
             else:

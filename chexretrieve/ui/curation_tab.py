@@ -115,4 +115,14 @@ def build_curation_tab(
     )
     impact_btn.click(impact, cur_set, impact_md, **PRIVATE)
 
-    app.load(show_set, cur_set, shown, **PRIVATE)
+    def page_loaded(fnd):
+        """The sets as they are now: a version saved before a reload is listed and shown."""
+
+        def act():
+            keys = curation.set_choices(fnd)
+            key = keys[0] if keys else None
+            return (gr.update(choices=keys, value=key), *show_set(key))
+
+        return attempt(act, lambda t: (gr.skip(), gr.skip(), gr.skip(), gr.skip(), problem(t)))
+
+    app.load(page_loaded, cur_finding, [cur_set, *shown], **PRIVATE)

@@ -39,7 +39,7 @@ td.cx-num {font-variant-numeric: tabular-nums}
 .cx-message-error {background: #fdecea; border: 1px solid #f5b7b1; color: #8a1c12}
 .cx-message-info {background: #eef4fb; border: 1px solid #c5d9ef; color: #1d4f7a}
 .cx-results-title {font-size: 0.9rem; font-weight: 600; margin: 0.2rem 0 0.4rem}
-.cx-cards {display: grid; grid-template-columns: repeat(auto-fill, minmax(112px, 1fr));
+.cx-cards {display: grid; grid-template-columns: repeat(6, minmax(0, 1fr));
   gap: 0.5rem; margin-bottom: 0.6rem}
 .cx-card {display: flex; flex-direction: column; align-items: stretch; gap: 0.15rem;
   padding: 0.3rem; border: 2px solid var(--border-color-primary); border-radius: 6px;

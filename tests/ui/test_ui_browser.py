@@ -756,6 +756,12 @@ def test_defect_6_a_saved_anchor_version_survives_a_reload_and_is_the_default(pa
     )
     page.keyboard.press("Escape")
     assert "pleural_effusion.a@2 · latest" in options and "pleural_effusion.a@1" in options
+    page.get_by_role("tab", name="Curation").click()  # the curation tab lists it too
+    page.wait_for_function(
+        "() => document.querySelector('#cur-set input').value === 'pleural_effusion.a@2'"
+    )
+    _wait_text(page, "#cur-table", "Layering right pleural fluid.")
+    page.get_by_role("tab", name="Case lookup").click()
     _load_case(page, 5)
     assert "anchors pleural_effusion.a@2" in page.inner_text("#results .cx-results-title")
 
