@@ -449,16 +449,18 @@ def save_new_version(anchor_set: AnchorSet, root: str | Path | None = None) -> P
     return path
 
 
-def anchor_files(root: str | Path | None = None) -> list[Path]:
-    """Every anchor-set file under root (the schema folder excluded), sorted."""
+def anchor_files(root: str | Path | None = None, under: str | None = None) -> list[Path]:
+    """Every anchor-set file under root (the schema folder excluded), sorted; with ``under``
+    (a sub-folder such as ``findings/edema``) only those inside it."""
     root = Path(root) if root is not None else anchors_root()
     if not root.is_dir():
         raise AnchorSetError(
             f"anchors folder {root} does not exist; set CHEXRETRIEVE_ANCHORS or pass --root"
         )
+    base = root / under if under else root
     return sorted(
         p
-        for p in root.rglob("*")
+        for p in base.rglob("*")
         if p.suffix in _SUFFIXES
         and p.is_file()
         and "schema" not in p.relative_to(root).parts
@@ -475,12 +477,12 @@ def find_anchor_sets(
     Raises AnchorSetError listing every invalid file, and on two files with the same id@version.
     """
     root = Path(root) if root is not None else anchors_root()
-    files = anchor_files(root)
-    if finding is not None:
-        slug = finding_slug(finding)
-        files = [p for p in files if p.relative_to(root).parts[:2] == ("findings", slug)]
-    elif context is not None:
-        files = [p for p in files if p.relative_to(root).as_posix().startswith(context + "-v")]
+    if finding is not None:  # only the finding's folder is listed (each search resolves a set)
+        files = anchor_files(root, under=f"findings/{finding_slug(finding)}")
+    else:
+        files = anchor_files(root)
+        if context is not None:
+            files = [p for p in files if p.relative_to(root).as_posix().startswith(context + "-v")]
     sets, errors = [], []
     for path in files:
         try:

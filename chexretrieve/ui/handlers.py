@@ -62,7 +62,8 @@ class QueryImage:
     source: str
     # how the query is named on screen ("case 12", "the uploaded image")
     name: str
-    # display pixels, float32 in [0, 1], at most ~3 thumbnails wide (the query preview)
+    # display pixels of the query preview, float32 in [0, 1]: an archived case's stored thumbnail,
+    # else its file (or an upload) shrunk to ~3 thumbnails wide
     pixels: np.ndarray
     # PHI-minimal metadata (see render.DETAIL_FIELDS); raw values, escaped when shown
     metadata: dict
@@ -306,15 +307,22 @@ class CaseLookup(ArchiveThumbnails):
         meta = self._metadata(image_id)
         if self.audit is not None:
             self.audit.view(user, image_id, meta.get("study_uid"), what="query")
-        pixels = self._read_archived(image_id)
         notes: tuple[str, ...] = ()
-        if pixels is None:
-            pixels = placeholder(self.thumbnail_px).astype(np.float32) / 255.0
-            notes = ("the archived file is not readable here; its stored embedding is searched",)
+        stored = self._stored_thumbnails([image_id]).get(image_id)
+        if stored is not None:  # the preview is the thumbnail written at ingest: no decoding
+            preview = stored.astype(np.float32) / 255.0
+        else:
+            pixels = self._read_archived(image_id)
+            if pixels is None:
+                pixels = placeholder(self.thumbnail_px).astype(np.float32) / 255.0
+                notes = (
+                    "the archived file is not readable here; its stored embedding is searched",
+                )
+            preview = self._display_pixels(pixels)
         return QueryImage(
             source="case",
             name=f"case {image_id}",
-            pixels=self._display_pixels(pixels),
+            pixels=preview,
             metadata=meta,
             case_id=image_id,
             notes=notes,
@@ -447,12 +455,12 @@ class CaseLookup(ArchiveThumbnails):
         name = geometry_name(settings.geometry)  # ValueError naming the valid ones
         finding = canonical_finding(settings.finding)
         request = self._request(query, settings, name.name, relevant, not_relevant)
-        if name.needs_anchors:
-            step(0.05, f"Embedding the anchor sentences of {finding}")
-            self.service.anchors.anchor_set(finding, settings.anchor_set or None)
         size = len(self.gallery)
-        step(0.2, f"{name.display}: fitting to the anchors and scoring {size:,} cases "
-                  "(slow only the first time)")  # fmt: skip
+        if name.needs_anchors:
+            step(0.05, f"{name.display}: embedding the anchors, fitting and scoring {size:,} "
+                       "cases (slow only on first use)")  # fmt: skip
+        else:
+            step(0.05, f"Cosine: scoring {size:,} cases")
         scores, eligible = self.service.gallery_scores(request)
         step(0.6, "Ranking")
         result = self.service.search(request, user=user)

@@ -67,6 +67,7 @@ class ReportTexts:
         self._lock = threading.Lock()
         self._configured: dict[str, str] | None = None
         self._by_folder: dict[Path, dict[str, str] | None] = {}
+        self._by_source: dict[str, str | None] = {}  # answers already found, by source path
 
     def _configured_reports(self) -> dict[str, str]:
         if self._configured is None:
@@ -90,18 +91,26 @@ class ReportTexts:
         """The report of the image read from ``source_path``, or None when none is known."""
         if not isinstance(source_path, str) or not source_path:
             return None
-        parts = _normalise(source_path).split("/")
         with self._lock:
-            if self.csv_files:
-                return _longest_match(self._configured_reports(), parts)
-            folder = PurePath(source_path).parent
-            for _ in range(SEARCH_DEPTH):
-                table = self._folder_reports(Path(folder))
-                if table is not None:
-                    return _longest_match(table, parts)
-                if folder.parent == folder:
-                    break
-                folder = folder.parent
+            if source_path in self._by_source:
+                return self._by_source[source_path]
+            found = self._find(source_path)
+            self._by_source[source_path] = found
+            return found
+
+    def _find(self, source_path: str) -> str | None:
+        """The report of one source path (the caller holds the lock)."""
+        parts = _normalise(source_path).split("/")
+        if self.csv_files:
+            return _longest_match(self._configured_reports(), parts)
+        folder = PurePath(source_path).parent
+        for _ in range(SEARCH_DEPTH):
+            table = self._folder_reports(Path(folder))
+            if table is not None:
+                return _longest_match(table, parts)
+            if folder.parent == folder:
+                break
+            folder = folder.parent
         return None
 
 

@@ -33,10 +33,14 @@ DETAIL_FIELDS = (
 )
 
 
+#: control characters (below space, tab kept) shown as a space
+_CONTROL_AS_SPACE = {code: " " for code in range(32) if code != 9}
+
+
 def esc(value: object) -> str:
     """Text safe inside HTML and Markdown: &, <, >, quotes and | escaped; control chars dropped."""
     text = "" if value is None else str(value)
-    text = "".join(ch if ch >= " " or ch in "\t" else " " for ch in text)
+    text = text.translate(_CONTROL_AS_SPACE)
     return html.escape(text, quote=True).replace("|", "&#124;").replace("`", "&#96;")
 
 

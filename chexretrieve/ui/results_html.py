@@ -31,6 +31,11 @@ from chexretrieve.ui.render import (
 REPORT_EXCERPT_CHARS = 160
 
 
+def png_bytes_uri(png: bytes) -> str:
+    """A ``data:image/png;base64,...`` URI of PNG bytes."""
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+
+
 def png_data_uri(pixels: np.ndarray, compress_level: int = 1) -> str:
     """A ``data:image/png;base64,...`` URI of 8-bit greyscale pixels."""
     from PIL import Image
@@ -39,7 +44,7 @@ def png_data_uri(pixels: np.ndarray, compress_level: int = 1) -> str:
     Image.fromarray(np.asarray(pixels, dtype=np.uint8)).save(
         buffer, format="PNG", compress_level=compress_level
     )
-    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+    return png_bytes_uri(buffer.getvalue())
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from chexretrieve.ui.render import placeholder, thumbnail
-from chexretrieve.ui.results_html import png_data_uri
+from chexretrieve.ui.results_html import png_bytes_uri, png_data_uri
 
 
 class ArchiveThumbnails:
@@ -35,6 +35,8 @@ class ArchiveThumbnails:
         self.read_config = read_config
         self._thumbs: OrderedDict[int, np.ndarray] = OrderedDict()
         self._uris: OrderedDict[int, str] = OrderedDict()
+        # PNG bytes of stored thumbnails shown at their own size (no re-encoding for the page)
+        self._stored_pngs: dict[int, bytes] = {}
         self._thumb_capacity = thumbnail_cache
         self._thumb_lock = threading.Lock()
         self.read_threads = read_threads
@@ -75,9 +77,13 @@ class ArchiveThumbnails:
         found = {}
         for image_id, png in self.store.read_thumbnails(image_ids).items():
             try:
-                found[image_id] = thumbnail(thumbnail_pixels(png), self.thumbnail_px)
+                stored = thumbnail_pixels(png)
             except ValueError:
                 continue  # a damaged one: rendered from the file instead
+            found[image_id] = thumbnail(stored, self.thumbnail_px)
+            if found[image_id] is stored:  # not shrunk: the page can show the stored PNG as is
+                with self._thumb_lock:
+                    self._stored_pngs[image_id] = png
         return found
 
     def _render_thumbnail(self, image_id: int) -> np.ndarray:
@@ -113,6 +119,7 @@ class ArchiveThumbnails:
             while len(self._thumbs) > self._thumb_capacity:
                 old, _ = self._thumbs.popitem(last=False)
                 self._uris.pop(old, None)
+                self._stored_pngs.pop(old, None)
 
     def case_thumbnail(self, image_id: int) -> np.ndarray:
         """8-bit thumbnail of an archived case (cached; a placeholder when unreadable)."""
@@ -131,7 +138,10 @@ class ArchiveThumbnails:
         with self._thumb_lock:  # valid only while its pixels are cached (a cleared cache reads)
             uri = self._uris.get(image_id) if image_id in self._thumbs else None
         if uri is None:
-            uri = png_data_uri(self.case_thumbnail(image_id))
+            pixels = self.case_thumbnail(image_id)
+            with self._thumb_lock:
+                png = self._stored_pngs.get(image_id)
+            uri = png_data_uri(pixels) if png is None else png_bytes_uri(png)
             with self._thumb_lock:
                 if image_id in self._thumbs:
                     self._uris[image_id] = uri

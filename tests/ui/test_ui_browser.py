@@ -823,9 +823,9 @@ def test_defect_9_the_progress_names_the_real_work_of_a_first_search(page, serve
         _load_case(page, 5)
         before = _results_html(page)
         _choose(page, "#geometry", "Posterior latent spherical")
-        text = _wait_text(page, "#results", "fitting to the anchors")
+        text = _wait_text(page, "#results", "embedding the anchors, fitting")
         shown.set()
-        assert "Posterior latent spherical: fitting to the anchors and scoring 40 cases" in text
+        assert "Posterior latent spherical: embedding the anchors, fitting and scoring 40" in text
         assert re.search(r"\d+(\.\d+)?%", text)  # the bar's share of the steps
         assert not re.search(r"\d+(\.\d+)?/\d+(\.\d+)?s", text)  # no "elapsed/estimated" promise
     finally:

@@ -206,7 +206,7 @@ def test_progress_hears_each_step_in_order(lookup):
     fractions = [f for f, _ in heard]
     assert fractions == sorted(fractions) and fractions[-1] == 1.0
     steps = " | ".join(what for _, what in heard)
-    assert "Embedding the anchor sentences" in steps and "fitting to the anchors" in steps
+    assert "embedding the anchors, fitting and scoring 30 cases" in steps
     assert "Cosine baseline" in steps and "Thumbnails" in steps
 
 
