@@ -19,7 +19,7 @@ from chexretrieve.ui.case_picker import parse_case_id
 from chexretrieve.ui.compare import CompareViewer
 from chexretrieve.ui.handlers import CaseLookup, SearchSettings, parse_filters
 from chexretrieve.ui.render import esc, explanation_html, placeholder, plain_explanation
-from chexretrieve.ui.results_html import ResultRow, results_html
+from chexretrieve.ui.results_html import ResultRow, percentiles, ranks, results_html
 
 FINDING = "Pleural Effusion"
 XSS = "<script>window.__xss = 1</script>"
@@ -179,6 +179,14 @@ def test_one_ranking_with_percentiles_against_a_naive_count(lookup):
     assert page.html.count("<tr class='cx-row") == 8
     assert "cosine (baseline)" not in page.html and "percentile" in page.legend
     assert page.title.startswith(f"{FINDING} · Softmax · anchors fake_set.a@1 · 28 candidate cases")
+
+
+def test_percentiles_and_ranks_count_the_other_candidates():
+    scores = np.array([0.1, 0.5, 0.5, 0.9, -1.0])
+    eligible = np.array([True, True, True, True, False])  # the last row is filtered out
+    assert percentiles(scores, eligible, [3, 1, 0]) == [100.0, pytest.approx(100 / 3), 0.0]
+    assert ranks(scores, eligible, [3, 1, 2, 0]) == [1, 2, 2, 4]
+    assert percentiles(scores, np.array([False, False, False, True, False]), [3]) == [100.0]
 
 
 def test_the_cosine_baseline_column_gives_each_results_cosine_rank(lookup):
