@@ -157,7 +157,7 @@ def results_html(
                 f"{format_percentile(row.baseline_percentile)}</td>"
             )
         lines.append(
-            f"<tr class='cx-row{state}' data-case='{image_id}'>"
+            f"<tr class='cx-row{state}' data-case='{image_id}' tabindex='0'>"
             f"<td>{hit.rank}{mark}</td><td>{image_id}</td>"
             f"<td class='cx-num' title='raw score {esc(format_score(hit.score))}'>"
             f"{format_percentile(row.percentile)}</td>{baseline_cell}"
