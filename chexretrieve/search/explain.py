@@ -27,6 +27,9 @@ class AnchorTerm:
     result_weight: float
     # this anchor's term of the symmetrised KL divergence (>= 0)
     divergence_term: float
+    # what the sentence says of the finding: "positive" (present) or "negative" (absent), as its
+    # anchor set records it; None when the caller gave no polarities
+    polarity: str | None = None
 
 
 @dataclass(frozen=True)
@@ -39,13 +42,17 @@ class Explanation:
     divergence: float
 
     def as_text(self) -> str:
+        def said(t: AnchorTerm) -> str:  # what the sentence says of the finding, when known
+            return {"positive": " [present]", "negative": " [absent]"}.get(t.polarity or "", "")
+
         lines = ["Shared by query and result (anchor weights query / result):"]
         lines += [
-            f"  • {t.sentence}  ({t.query_weight:.2f} / {t.result_weight:.2f})" for t in self.shared
+            f"  • {t.sentence}{said(t)}  ({t.query_weight:.2f} / {t.result_weight:.2f})"
+            for t in self.shared
         ]
         lines.append(f"Setting them apart (symmetrised KL {self.divergence:.3f}):")
         lines += [
-            f"  • {t.sentence}  ({t.query_weight:.2f} / {t.result_weight:.2f}, "
+            f"  • {t.sentence}{said(t)}  ({t.query_weight:.2f} / {t.result_weight:.2f}, "
             f"+{t.divergence_term:.3f})"
             for t in self.differing
         ]
@@ -65,13 +72,17 @@ def explain_pair(
     sentences: Sequence[str],
     inv_temperature: float,
     top: int = 5,
+    polarities: Sequence[str] | None = None,
 ) -> Explanation:
-    """Explain one (query, result) pair of unit embeddings by the finding's anchor sentences."""
+    """Explain one (query, result) pair of unit embeddings by the finding's anchor sentences
+    (``polarities``: each sentence's "positive" / "negative", carried into the terms)."""
     if anchors.shape[0] != len(sentences):
         raise ValueError(
             f"{anchors.shape[0]} anchor embeddings but {len(sentences)} sentences; "
             "re-embed the anchor set"
         )
+    if polarities is not None and len(polarities) != len(sentences):
+        raise ValueError(f"{len(polarities)} polarities for {len(sentences)} anchor sentences")
     log_p = anchor_profile(np.stack([query, result]), anchors, inv_temperature)
     p = np.exp(log_p)
     terms = 0.5 * (p[0] - p[1]) * (log_p[0] - log_p[1])
@@ -79,7 +90,8 @@ def explain_pair(
     top = max(1, min(top, len(sentences)))
 
     def term(i: int) -> AnchorTerm:
-        return AnchorTerm(sentences[i], float(p[0, i]), float(p[1, i]), float(terms[i]))
+        polarity = None if polarities is None else polarities[i]
+        return AnchorTerm(sentences[i], float(p[0, i]), float(p[1, i]), float(terms[i]), polarity)
 
     shared = tuple(term(i) for i in np.argsort(-shared_score, kind="stable")[:top])
     differing = tuple(term(i) for i in np.argsort(-terms, kind="stable")[:top])

@@ -43,6 +43,8 @@ class AnchorSetRef:
     sentences: tuple[str, ...]
     # (N, d) unit text embeddings of the sentences under the service's encoder
     embeddings: np.ndarray
+    # "positive" / "negative" per sentence (what it says of the finding); () when not known
+    polarities: tuple[str, ...] = ()
 
 
 class AnchorProvider(Protocol):
@@ -301,6 +303,7 @@ class SearchService:
             anchor_set.sentences,
             self.inv_temperature,
             self.config.explanation_anchors,
+            anchor_set.polarities or None,
         )
 
     # ----------------------------------------------------------------------------- helpers
@@ -398,6 +401,7 @@ class SearchService:
                     anchor_set.sentences,
                     self.inv_temperature,
                     self.config.explanation_anchors,
+                    anchor_set.polarities or None,
                 )
             hits.append(
                 SearchHit(

@@ -71,6 +71,7 @@ class StoreAnchorProvider:
             content_hash=anchor_set.content_hash,
             sentences=tuple(anchor_set.sentences),
             embeddings=self.embed(anchor_set),
+            polarities=tuple(entry.polarity for entry in anchor_set.entries),
         )
 
     def broad_prior(self) -> tuple[str, np.ndarray]:

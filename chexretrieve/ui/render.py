@@ -176,13 +176,31 @@ def _quoted(sentence: str, limit: int = 90) -> str:
     return f"‘{text if len(text) <= limit else text[: limit - 1] + '…'}’"
 
 
+#: how the plain-language line names an anchor's polarity (what the sentence says of the finding)
+_POLARITY_WORDS = {"positive": "finding present", "negative": "finding absent"}
+
+
+def _anchor_phrase(term) -> str:
+    """An anchor sentence quoted, with what it says of the finding when its polarity is known."""
+    quoted = _quoted(term.sentence)
+    words = _POLARITY_WORDS.get(term.polarity or "")
+    return f"{quoted} ({words})" if words else quoted
+
+
+def _polarity_cell(term) -> str:
+    if term.polarity not in _POLARITY_WORDS:
+        return "<td></td>"
+    words = esc(_POLARITY_WORDS[term.polarity])
+    return f"<td><span class='cx-label cx-{term.polarity}'>{words}</span></td>"
+
+
 def plain_explanation(explanation, query_name: str = "the query") -> str:
     """One or two plain sentences from the anchor terms (unescaped): what both images weigh most
     and, when the divergence is not negligible, the sentence that sets them apart most."""
     shared = list(explanation.shared[:2])
     if not shared:
         return "The anchor set has no sentences to explain this result with."
-    both = " and ".join(_quoted(t.sentence) for t in shared)
+    both = " and ".join(_anchor_phrase(t) for t in shared)
     first = shared[0]
     line = (
         f"Both images weigh {both} most (first: {first.query_weight:.2f} for {query_name}, "
@@ -192,7 +210,7 @@ def plain_explanation(explanation, query_name: str = "the query") -> str:
     if apart is not None and apart.divergence_term > 0.05 * max(explanation.divergence, 1e-12):
         who = query_name if apart.query_weight > apart.result_weight else "the result"
         line += (
-            f" They differ most on {_quoted(apart.sentence)}, which {who} weighs more "
+            f" They differ most on {_anchor_phrase(apart)}, which {who} weighs more "
             f"({apart.query_weight:.2f} vs {apart.result_weight:.2f})."
         )
     return line
@@ -202,12 +220,12 @@ def explanation_html(explanation, query_name: str, image_id: int, finding: str, 
     """The anchor explanation of one result as escaped HTML: a plain-language line, then the
     anchor sentences both weigh most and those that set them apart (two small tables)."""
     shared = "".join(
-        f"<tr><td class='cx-text'>{esc(t.sentence)}</td>"
+        f"<tr><td class='cx-text'>{esc(t.sentence)}</td>{_polarity_cell(t)}"
         f"{_weight_cell(t.query_weight)}{_weight_cell(t.result_weight)}</tr>"
         for t in explanation.shared
     )
     differing = "".join(
-        f"<tr><td class='cx-text'>{esc(t.sentence)}</td>"
+        f"<tr><td class='cx-text'>{esc(t.sentence)}</td>{_polarity_cell(t)}"
         f"{_weight_cell(t.query_weight)}{_weight_cell(t.result_weight)}"
         f"<td class='cx-num'>{t.divergence_term:.4f}</td></tr>"
         for t in explanation.differing
@@ -220,11 +238,11 @@ def explanation_html(explanation, query_name: str, image_id: int, finding: str, 
         "anchor sentence is its share of the image's softmax profile over the set (weights of "
         "one image add up to 1)</p>"
         "<p class='cx-sub'>Anchor sentences both images weight most</p>"
-        "<table class='cx-hits'><thead><tr><th>anchor sentence</th><th>query</th>"
+        "<table class='cx-hits'><thead><tr><th>anchor sentence</th><th>says</th><th>query</th>"
         f"<th>result</th></tr></thead><tbody>{shared}</tbody></table>"
         f"<p class='cx-sub'>Anchors that set them apart (symmetrised KL "
         f"{explanation.divergence:.4f} in total)</p>"
-        "<table class='cx-hits'><thead><tr><th>anchor sentence</th><th>query</th>"
+        "<table class='cx-hits'><thead><tr><th>anchor sentence</th><th>says</th><th>query</th>"
         f"<th>result</th><th>KL term</th></tr></thead><tbody>{differing}</tbody></table></div>"
     )
 

@@ -426,3 +426,21 @@ def test_the_compare_viewer_renders_both_and_records_the_view(lookup, tmp_path):
     assert len(audit.entries()) == len(views)  # a window change is not a new view
     alone = viewer.open(query, None, SearchSettings(FINDING))
     assert "Select a result to compare" in alone.images_html
+
+
+def test_the_explanation_says_which_sentences_deny_the_finding():
+    shared = (
+        AnchorTerm("No pleural fluid.", 0.30, 0.28, 0.0001, "negative"),
+        AnchorTerm("Small left pleural effusion.", 0.12, 0.10, 0.0001, "positive"),
+    )
+    apart = (AnchorTerm("Large right effusion.", 0.02, 0.19, 0.21, "positive"),)
+    explanation = Explanation(shared, apart, 0.25)
+    line = plain_explanation(explanation, "case 5")
+    assert line.startswith(
+        "Both images weigh ‘No pleural fluid.’ (finding absent) and "
+        "‘Small left pleural effusion.’ (finding present) most"
+    )
+    assert "differ most on ‘Large right effusion.’ (finding present)" in line
+    html = explanation_html(explanation, "case 5", 2, FINDING, "k@1")
+    assert html.count("<span class='cx-label cx-negative'>finding absent</span>") == 1
+    assert html.count("<span class='cx-label cx-positive'>finding present</span>") == 2
