@@ -10,6 +10,7 @@ HNSW <= 20 ms at 1M through the service.
     .venv/bin/python benchmarks/search_latency.py --index hnsw    # ranked through a FAISS index
     .venv/bin/python benchmarks/search_latency.py --storage float32 float16   # both, one run
     nice .venv/bin/python benchmarks/search_latency.py --sizes 1000000 --rounds 3 --repeats 10
+    .venv/bin/python benchmarks/search_latency.py --data clustered --inv-temperature 30
 
 With ``--index`` the service ranks through that ``chexretrieve.ann`` index
 (SearchConfig.index_kind; its background build, awaited here, is part of "first"), and each row
@@ -47,10 +48,26 @@ def unit(x: np.ndarray) -> np.ndarray:
     return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
 
 
+def clustered_rows(rng: np.random.Generator, centres: np.ndarray, n: int, spread: float):
+    """Unit rows scattered around ``centres`` (benchmarks/ann.py's model of one encoder's
+    embeddings crowding into a few regions), float32, made in chunks (bounded temporaries)."""
+    out = np.empty((n, centres.shape[1]), dtype=np.float32)
+    for start in range(0, n, 65536):
+        count = min(65536, n - start)
+        picked = centres[rng.integers(0, len(centres), count)]
+        rows = picked + spread * rng.standard_normal(picked.shape) / np.sqrt(centres.shape[1])
+        out[start : start + count] = unit(rows)
+    return out
+
+
 class SyntheticAnchors:
-    def __init__(self, dim: int, n_anchors: int, rng: np.random.Generator):
-        self.anchors = unit(rng.standard_normal((n_anchors, dim)))
-        self.prior = unit(rng.standard_normal((2000, dim)))
+    def __init__(self, dim: int, n_anchors: int, rng: np.random.Generator, centres=None):
+        if centres is None:
+            self.anchors = unit(rng.standard_normal((n_anchors, dim)))
+            self.prior = unit(rng.standard_normal((2000, dim)))
+        else:  # anchors and the broad corpus around the gallery's centres (as ann.py)
+            self.anchors = clustered_rows(rng, centres, n_anchors, 0.8)
+            self.prior = clustered_rows(rng, centres, 2000, 0.8)
 
     def anchor_set(self, finding, key):
         n = len(self.anchors)
@@ -60,7 +77,15 @@ class SyntheticAnchors:
         return "prior", self.prior
 
 
-def synthetic_gallery(n: int, dim: int, rng: np.random.Generator) -> Gallery:
+class Temperature:
+    """Stands in for the encoder: queries are archived cases, only inv_t is read."""
+
+    def __init__(self, inv_temperature: float):
+        self.inv_temperature = inv_temperature
+
+
+def synthetic_gallery(n: int, dim: int, rng: np.random.Generator, centres=None) -> Gallery:
+    """Random unit embeddings (``centres`` None) or rows clustered around ``centres``."""
     ids = np.arange(1, n + 1, dtype=np.int64)
     meta = pd.DataFrame(
         {
@@ -76,7 +101,11 @@ def synthetic_gallery(n: int, dim: int, rng: np.random.Generator) -> Gallery:
     labels = pd.DataFrame(
         rng.choice([1.0, 0.0, np.nan], size=(n, len(FINDINGS))), columns=list(FINDINGS), index=ids
     )
-    return Gallery("synthetic:1", ids, unit(rng.standard_normal((n, dim))), meta, labels)
+    if centres is None:
+        embeddings = unit(rng.standard_normal((n, dim)))
+    else:
+        embeddings = clustered_rows(rng, centres, n, 0.7)
+    return Gallery("synthetic:1", ids, embeddings, meta, labels)
 
 
 def stored_galleries(gallery: Gallery, storages) -> dict[str, Gallery]:
@@ -107,14 +136,26 @@ def main() -> None:
     parser.add_argument(
         "--scan-threads", type=int, nargs="+", default=[0], help="SearchConfig.scan_threads"
     )
+    parser.add_argument(
+        "--data",
+        default="random",
+        choices=["random", "clustered"],
+        help="random unit vectors, or rows around 64 centres with anchors near them (ann.py)",
+    )
+    parser.add_argument("--inv-temperature", type=float, default=100.0)
     args = parser.parse_args()
     variants = [(s, t) for s in args.storage for t in args.scan_threads]
     labels = [s if len(args.scan_threads) == 1 else f"{s}/t{t}" for s, t in variants]
     rng = np.random.default_rng(0)
-    anchors = SyntheticAnchors(args.dim, args.anchors, rng)
+    centres = None
+    if args.data == "clustered":
+        centres = unit(rng.standard_normal((64, args.dim))).astype(np.float64)
+    anchors = SyntheticAnchors(args.dim, args.anchors, rng, centres)
+    encoder = Temperature(args.inv_temperature)
     filters = SearchFilters(views=("PA",), age_min=30)
     print(
-        f"d = {args.dim}, {args.anchors} anchors, {args.rounds} round(s) of {args.repeats} "
+        f"{args.data} data, d = {args.dim}, {args.anchors} anchors, inv_t "
+        f"{args.inv_temperature:g}, {args.rounds} round(s) of {args.repeats} "
         "searches per cell, top-10; p50/p95: median over rounds"
     )
     print("load average at start: {:.1f} {:.1f} {:.1f}".format(*os.getloadavg()))
@@ -124,7 +165,9 @@ def main() -> None:
     print(header + ("  top-10 overlap" if compare else ""), flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         for size in args.sizes:
-            stored = stored_galleries(synthetic_gallery(size, args.dim, rng), args.storage)
+            gallery = synthetic_gallery(size, args.dim, rng, centres)
+            stored = stored_galleries(gallery, args.storage)
+            del gallery
             folder = Path(tmp) / str(size)
 
             def config(storage, index, threads=0, folder: Path = folder) -> SearchConfig:
@@ -144,6 +187,7 @@ def main() -> None:
                 service = SearchService(
                     lambda g=stored[storage]: g,
                     anchors,
+                    encoder,
                     config=config(storage, args.index, threads),
                 )
                 service.cache = caches.setdefault(storage, service.cache)  # features held once
@@ -153,6 +197,7 @@ def main() -> None:
                 reference = SearchService(
                     lambda g=stored[args.storage[0]]: g,
                     anchors,
+                    encoder,
                     config=config(args.storage[0], "none"),
                 )
                 reference.cache = caches[args.storage[0]]
