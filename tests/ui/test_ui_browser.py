@@ -331,7 +331,26 @@ def _try_case(page, text: str) -> str:
 
 def _choose(page, dropdown: str, value: str) -> None:
     page.click(f"{dropdown} input")
-    page.click(f"li[role='option'][aria-label='{value}']")
+    page.click(f"{dropdown} li[role='option'][aria-label='{value}']")
+    page.wait_for_selector(f"{dropdown} li[role='option']", state="detached")
+
+
+_OPTIONS_READY = """([selector, suffix]) => {
+    const labels = [...document.querySelectorAll(selector)].map(i => i.getAttribute('aria-label'));
+    return labels.length > 0 && labels.every(l => l.endsWith(suffix)) ? labels : null;
+}"""
+
+
+def _open_options(page, dropdown: str, every_ends_with: str = "") -> list[str]:
+    """Open ``dropdown`` and return its option labels, once they are shown (all ending with
+    ``every_ends_with``): a list another dropdown left open, or choices still being replaced
+    by the server, are never read."""
+    page.click(f"{dropdown} input")
+    selector = f"{dropdown} li[role='option']"
+    handle = page.wait_for_function(
+        _OPTIONS_READY, arg=[selector, every_ends_with], timeout=TIMEOUT_MS
+    )
+    return handle.json_value()
 
 
 def _open_result(page, rank: int) -> int:
@@ -750,10 +769,7 @@ def test_defect_6_a_saved_anchor_version_survives_a_reload_and_is_the_default(pa
     page.wait_for_function(
         "() => document.querySelector('#anchor-set input').value.includes('a@2')"
     )
-    page.click("#anchor-set input")
-    options = page.eval_on_selector_all(
-        "li[role='option']", "items => items.map(i => i.getAttribute('aria-label'))"
-    )
+    options = _open_options(page, "#anchor-set")
     page.keyboard.press("Escape")
     assert "pleural_effusion.a@2 · latest" in options and "pleural_effusion.a@1" in options
     page.get_by_role("tab", name="Curation").click()  # the curation tab lists it too
@@ -779,10 +795,7 @@ def test_defect_7_empty_search_strict_case_ids_and_a_picker_beyond_the_first_pag
     assert "(page 1 of 3)" in info
     page.click("#pick-next")
     _wait_text(page, "#browse", "cases 16–30 of 40 (page 2 of 3)")
-    page.click("#case-pick input")
-    options = page.eval_on_selector_all(
-        "li[role='option']", "items => items.map(i => i.getAttribute('aria-label'))"
-    )
+    options = _open_options(page, "#case-pick")
     assert len(options) == PAGE_SIZE
     assert all(re.match(r"case (\d+) · .* · Pleural Effusion: \w+", o) for o in options)
     assert int(re.match(r"case (\d+)", options[0]).group(1)) > 15  # past the first page
@@ -791,13 +804,10 @@ def test_defect_7_empty_search_strict_case_ids_and_a_picker_beyond_the_first_pag
     page.wait_for_function(
         "() => document.querySelector('#browse').innerText.includes('label positive')"
     )
-    page.click("#case-pick input")
-    options = page.eval_on_selector_all(
-        "li[role='option']", "items => items.map(i => i.getAttribute('aria-label'))"
-    )
-    assert options and all(o.endswith("Pleural Effusion: positive") for o in options)
+    # the picker's choices arrive with the count line, and may still be replaced: wait for them
+    options = _open_options(page, "#case-pick", every_ends_with="Pleural Effusion: positive")
     before = _results_html(page)
-    page.click(f"li[role='option'][aria-label='{options[0]}']")
+    page.click(f"#case-pick li[role='option'][aria-label='{options[0]}']")
     _wait_results_change(page, before)
     picked = int(re.match(r"case (\d+)", options[0]).group(1))
     assert f"Query: case {picked}" in page.inner_text("#query-info")
