@@ -30,7 +30,7 @@ from chexretrieve.search.features import (
     parse_geometry,
 )
 from chexretrieve.search.gallery import Gallery, SearchFilters, filter_mask, with_embeddings
-from chexretrieve.search.scoring import KeyMatrix
+from chexretrieve.search.scoring import KeyMatrix, one_blas_thread
 
 
 @dataclass(frozen=True)
@@ -284,7 +284,8 @@ class SearchService:
         )
         if index is None:
             return None
-        fq = geometry.features(query[None, :].astype(np.float32))
+        with one_blas_thread():
+            fq = geometry.features(query[None, :].astype(np.float32))
         found, rows = index.search_features(geometry, fq, k, allowed=mask)
         valid = rows[0] >= 0  # FAISS pads with -1 when it finds fewer than k
         rows, scores = rows[0][valid], found[0][valid].astype(np.float64)
@@ -373,17 +374,18 @@ class SearchService:
         """(vector, offset): every gallery row scores vector · f_k + offset. Relevance feedback is
         folded in (each geometry's score is linear in the query vector, so the mean score of the
         marked rows is the score of their mean query vector): one scan ranks it."""
-        fq = geometry.features(query[None, :].astype(np.float32))
-        vector = geometry.query_vectors(fq)[0].astype(np.float64)
-        offset = float(geometry.query_offsets(fq)[0])
-        for ids, weight in (
-            (request.relevant, self.config.feedback_relevant_weight),
-            (request.not_relevant, -self.config.feedback_irrelevant_weight),
-        ):
-            if ids:
-                fr = features.rows([gallery.row_of(i) for i in ids])
-                vector += weight * geometry.query_vectors(fr).astype(np.float64).mean(axis=0)
-                offset += weight * float(geometry.query_offsets(fr).astype(np.float64).mean())
+        with one_blas_thread():  # small products; leave the second core to the scan
+            fq = geometry.features(query[None, :].astype(np.float32))
+            vector = geometry.query_vectors(fq)[0].astype(np.float64)
+            offset = float(geometry.query_offsets(fq)[0])
+            for ids, weight in (
+                (request.relevant, self.config.feedback_relevant_weight),
+                (request.not_relevant, -self.config.feedback_irrelevant_weight),
+            ):
+                if ids:
+                    fr = features.rows([gallery.row_of(i) for i in ids])
+                    vector += weight * geometry.query_vectors(fr).astype(np.float64).mean(axis=0)
+                    offset += weight * float(geometry.query_offsets(fr).astype(np.float64).mean())
         return vector, offset
 
     def _hits(self, rows, scores, gallery, query, anchor_set, explain) -> tuple[SearchHit, ...]:
