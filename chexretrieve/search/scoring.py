@@ -46,26 +46,26 @@ _POOLS: dict[int, ThreadPoolExecutor] = {}
 _POOLS_LOCK = threading.Lock()
 
 _BLAS_LOCK = threading.Lock()
-_BLAS_STATE: dict = {"setter": [], "holders": 0, "saved": 0}
+_BLAS_STATE: dict = {"setters": None, "holders": 0, "saved": ()}
 
 
-def _blas_threads_setter():
-    """OpenBLAS's ``openblas_set_num_threads_local`` (OpenBLAS >= 0.3.27): it sets the process's
-    BLAS thread count and returns the previous one. None for another BLAS or an older OpenBLAS."""
-    if not _BLAS_STATE["setter"]:
+def _blas_thread_setters() -> tuple:
+    """``openblas_set_num_threads_local`` of every OpenBLAS loaded that has one (>= 0.3.27:
+    numpy's; FAISS bundles an older one without it). Each sets its library's process-wide BLAS
+    thread count and returns the previous count. Empty for another BLAS."""
+    if _BLAS_STATE["setters"] is None:
         import ctypes
 
         from threadpoolctl import ThreadpoolController  # installed with scikit-learn
 
-        setter = None
+        setters = []
         for lib in ThreadpoolController().lib_controllers:
-            if lib.internal_api == "openblas":
-                setter = getattr(lib.dynlib, "openblas_set_num_threads_local", None)
-                if setter is not None:
-                    setter.restype, setter.argtypes = ctypes.c_int, [ctypes.c_int]
-                    break
-        _BLAS_STATE["setter"].append(setter)
-    return _BLAS_STATE["setter"][0]
+            setter = getattr(lib.dynlib, "openblas_set_num_threads_local", None)
+            if lib.internal_api == "openblas" and setter is not None:
+                setter.restype, setter.argtypes = ctypes.c_int, [ctypes.c_int]
+                setters.append(setter)
+        _BLAS_STATE["setters"] = tuple(setters)
+    return _BLAS_STATE["setters"]
 
 
 @contextmanager
@@ -75,18 +75,16 @@ def one_blas_thread() -> Iterator[None]:
     A query's features are a few small products (1 x 512 by 512 x 1971 for a 4-component
     posterior GMM). On two BLAS threads OpenBLAS's helper thread keeps spinning on the second
     core after the product, just when the second half of a split gallery scan needs that core:
-    at 100k images (gmm_posterior, float16, two scan threads) p50 25 -> 17 ms with the limit,
-    from the main thread or a worker thread alike. OpenBLAS's count is process-wide, so
-    overlapping holders share one limit: the first sets it, the last restores the count it
-    found (one save/restore per holder would leave one thread for good when two overlap), and
-    BLAS work elsewhere in the process runs on one thread meanwhile (a few ms per search)."""
-    setter = _blas_threads_setter()
-    if setter is None:
-        yield
-        return
+    at 1M images (gmm_posterior, float16, two scan threads) p50 190 -> 141 ms with the limit,
+    from the main thread or a worker thread alike (``benchmarks/blas_limit.py``). OpenBLAS's
+    count is process-wide, so overlapping holders share one limit: the first sets it, the last
+    restores the count it found (one save/restore per holder would leave one thread for good
+    when two overlap), and BLAS work elsewhere in the process runs on one thread meanwhile (a
+    few ms per search)."""
+    setters = _blas_thread_setters()
     with _BLAS_LOCK:
         if _BLAS_STATE["holders"] == 0:
-            _BLAS_STATE["saved"] = setter(1)
+            _BLAS_STATE["saved"] = tuple(setter(1) for setter in setters)
         _BLAS_STATE["holders"] += 1
     try:
         yield
@@ -94,7 +92,8 @@ def one_blas_thread() -> Iterator[None]:
         with _BLAS_LOCK:
             _BLAS_STATE["holders"] -= 1
             if _BLAS_STATE["holders"] == 0:
-                setter(_BLAS_STATE["saved"])
+                for setter, count in zip(setters, _BLAS_STATE["saved"], strict=True):
+                    setter(count)
 
 
 def _faiss():

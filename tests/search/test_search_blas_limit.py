@@ -9,24 +9,25 @@ import threading
 import pytest
 from threadpoolctl import threadpool_info
 
-from chexretrieve.search.scoring import _blas_threads_setter, one_blas_thread
+from chexretrieve.search.scoring import _blas_thread_setters, one_blas_thread
 
 
-def _openblas_version() -> tuple[int, ...] | None:
+def _numpy_openblas_version() -> tuple[int, ...] | None:
     for lib in threadpool_info():
-        if lib["internal_api"] == "openblas":
+        if lib["internal_api"] == "openblas" and "numpy" in lib["filepath"]:
             return tuple(int(p) for p in lib["version"].split(".")[:3])
     return None
 
 
 @pytest.fixture
 def setter():
-    version = _openblas_version()
+    """numpy's OpenBLAS setter (the library the query features run on)."""
+    version = _numpy_openblas_version()
     if version is None or version < (0, 3, 27):
         pytest.skip(f"numpy's BLAS is not OpenBLAS >= 0.3.27 (found {version}): nothing to set")
-    found = _blas_threads_setter()
-    assert found is not None, f"OpenBLAS {version} has openblas_set_num_threads_local"
-    return found
+    found = _blas_thread_setters()
+    assert found, f"numpy's OpenBLAS {version} has openblas_set_num_threads_local"
+    return found[0]
 
 
 def _count(setter) -> int:
