@@ -13,7 +13,7 @@ from pathlib import Path
 import typer
 
 #: the committed weights' file name; `phantom train` writes here by default (in the working folder)
-DEFAULT_TRAIN_OUT = Path("phantom-v2.pt")
+DEFAULT_TRAIN_OUT = Path("phantom-v3.pt")
 
 
 def train_command(
@@ -21,7 +21,7 @@ def train_command(
     seed: int = typer.Option(
         1, "--seed", help="Seed of the training world and of the training (not the eval world 0)."
     ),
-    steps: int | None = typer.Option(None, "--steps", help="Optimiser steps (default: 1400)."),
+    steps: int | None = typer.Option(None, "--steps", help="Optimiser steps (default: 2800)."),
     n_images: int | None = typer.Option(
         None, "--n-images", help="Training-split phantoms to draw (default: 6000)."
     ),
@@ -46,7 +46,7 @@ def train_command(
     """Train the phantom encoder (image CNN + projection onto the frozen MiniLM) from a fixed seed,
     on report text alone, then measure its gates on the evaluation world (another seed).
 
-    With the defaults this reproduces the bundled weights phantom-v2 (SYNTHETIC phantoms only).
+    With the defaults this reproduces the bundled weights phantom-v3 (SYNTHETIC phantoms only).
     """
     from dataclasses import replace
 
