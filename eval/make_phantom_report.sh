@@ -1,6 +1,6 @@
 #!/bin/sh
 # Reproduces the published phantom-world evaluation report (SIMULATION: phantoms, not patients).
-# Needs the committed phantom encoder weights (chexretrieve/encoders/weights/phantom-v2.pt, trained on
+# Needs the committed phantom encoder weights (chexretrieve/encoders/weights/phantom-v3.pt, trained on
 # world seed 1 from report text alone) and the anchor sets under anchors/. The evaluation world is
 # seed 0, which the encoder never saw (the command refuses an encoder trained on it).
 # Usage, from the checkout:  eval/make_phantom_report.sh [OUT]   (PYTHON=... to pick the interpreter)
