@@ -59,3 +59,63 @@ def test_every_setting_is_in_the_readme_table() -> None:
         if f"`{cls.__name__}.{field.name}`" not in table
     ]
     assert not missing, f"settings missing from README.md's Settings table: {missing}"
+
+
+def _documented_defaults() -> dict[tuple[str, str], str]:
+    """(class, field) -> the default column of its README row, without the backticks."""
+    rows = {}
+    for line in _settings_table().splitlines():
+        match = re.match(r"^\| `(\w+)\.(\w+)` \| `([^`]*)` \| ", line)
+        if match:
+            rows[(match.group(1), match.group(2))] = match.group(3)
+    return rows
+
+
+def _documented_value_matches(text: str, default: object) -> bool:
+    """Whether the README's spelling of a default means the code's default.
+
+    The column is a Python literal (``1400``, ``("cosine", "iti")``, ``Path("eval/reports")``), a
+    bare string or path (``data/demo``), or ``ClassName()`` for a nested config at its defaults.
+    """
+    if dataclasses.is_dataclass(default):
+        return text == f"{type(default).__name__}()" and default == type(default)()
+    try:
+        value = eval(text, {"__builtins__": {}, "Path": Path, "inf": float("inf")})  # noqa: S307
+    except (NameError, SyntaxError):
+        return text == str(default)
+    if isinstance(default, tuple) and isinstance(value, list):
+        value = tuple(value)
+    return value == default
+
+
+def test_the_readme_table_states_each_default_as_the_code_has_it() -> None:
+    """A changed default must change the README too (the table once said 1400 training steps
+    after the default had become 2800)."""
+    documented = _documented_defaults()
+    compared, wrong = 0, []
+    for cls in _config_classes():
+        for field in dataclasses.fields(cls):
+            text = documented.get((cls.__name__, field.name))
+            if text is None:
+                continue
+            if field.default is not dataclasses.MISSING:
+                default = field.default
+            elif field.default_factory is not dataclasses.MISSING:
+                default = field.default_factory()
+            else:
+                continue
+            compared += 1
+            if not _documented_value_matches(text, default):
+                wrong.append(f"{cls.__name__}.{field.name}: README `{text}`, code {default!r}")
+    assert compared > 100, f"only {compared} documented defaults were found in the table"
+    assert not wrong, "README Settings defaults differ from the code:\n" + "\n".join(wrong)
+
+
+def test_the_default_check_notices_a_stale_value() -> None:
+    assert _documented_value_matches("2800", 2800)
+    assert not _documented_value_matches("1400", 2800)
+    assert _documented_value_matches('("cosine", "iti")', ("cosine", "iti"))
+    assert not _documented_value_matches('("cosine",)', ("cosine", "iti"))
+    assert _documented_value_matches("data/demo", Path("data/demo"))
+    assert _documented_value_matches('Path("eval/reports")', Path("eval/reports"))
+    assert not _documented_value_matches("data/other", Path("data/demo"))
