@@ -353,6 +353,30 @@ def _voi_lut_range(ds: Dataset) -> tuple[float, float]:
     return float(outputs.min()), float(outputs.max())
 
 
+def voi_lut_window(ds: Dataset) -> tuple[float, float]:
+    """A linear (Window Center, Window Width) that spans the input range over which the first VOI
+    LUT rises from its lowest to its highest output, so a linear viewer opens a LUT-only file near
+    how the LUT shows it; ValueError for a flat, decreasing or unreadable LUT.
+
+    With ``lo`` the last input still at the lowest output and ``hi`` the first input at the
+    highest, the window maps ``lo`` and below to black and ``hi`` and above to white under the
+    linear VOI function: c = (lo + hi + 1) / 2, w = hi - lo + 1.
+    """
+    descriptor = ds.VOILUTSequence[0].LUTDescriptor
+    entries = int(descriptor[0]) or 65536
+    first = int(descriptor[1])
+    inputs = np.arange(first, first + entries, dtype=np.int64)
+    outputs = np.asarray(apply_voi(inputs, ds, index=0), dtype=np.float64)
+    low, high = float(outputs.min()), float(outputs.max())
+    if not (math.isfinite(low) and math.isfinite(high) and high > low):
+        raise ValueError("the VOI LUT is flat: every input gives the same output")
+    if outputs[-1] < outputs[0]:
+        raise ValueError("the VOI LUT decreases, which no linear window can stand for")
+    lo = int(inputs[max(int(np.flatnonzero(outputs > low)[0]) - 1, 0)])
+    hi = int(inputs[int(np.flatnonzero(outputs >= high)[0])])
+    return (lo + hi + 1) / 2, float(max(hi - lo + 1, 1))
+
+
 def _scale_to_unit(values: np.ndarray, low: float, high: float) -> np.ndarray:
     if not high > low:
         return np.zeros(values.shape, dtype=np.float32)

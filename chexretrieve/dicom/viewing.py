@@ -3,8 +3,10 @@
 ``read_pixel_values(path)`` reads a DICOM, PNG or JPEG radiograph into :class:`PixelValues`: the
 modality values (stored values after Rescale Slope / Intercept; the stored values themselves when
 the slope is 1 and the intercept 0, as in CR/DX files and the phantoms), the file's own default
-window (its first Window Center / Width; else the bit depth for PNG / JPEG; else the value range)
-and whether the lowest value shows white (MONOCHROME1, or an INVERSE presentation LUT).
+window (its first Window Center / Width; else, for a file with only a VOI LUT Sequence, the linear
+window over which that LUT rises (``voi_lut_window``); else the bit depth for PNG / JPEG; else the
+value range) and whether the lowest value shows white (MONOCHROME1, or an INVERSE presentation
+LUT).
 
 ``linear_window(values, center, width)`` maps values to 8-bit grey by the linear VOI function of
 DICOM PS3.3 C.11.2.1.2 (the function Window Center / Width define):
@@ -30,7 +32,12 @@ from chexretrieve.dicom.config import ReadConfig
 from chexretrieve.dicom.errors import RejectedFile
 from chexretrieve.dicom.images import read_image_file
 from chexretrieve.dicom.metadata import read_window
-from chexretrieve.dicom.pixels import _check_rescale, _inverted, decode_stored_pixels
+from chexretrieve.dicom.pixels import (
+    _check_rescale,
+    _inverted,
+    decode_stored_pixels,
+    voi_lut_window,
+)
 from chexretrieve.dicom.read import _guarded, _open_checked, _validated_header
 
 
@@ -86,6 +93,8 @@ def _read_values(
             )
         center, width = read_window(ds, notes)
         window = (center, width, "DICOM window") if center is not None else None
+        if window is None and "VOILUTSequence" in ds:
+            window = _lut_window(ds, notes)
         invert = _inverted(ds, module, notes)
     low, high = float(values.min()), float(values.max())
     if window is None:  # no usable window: the whole value range
@@ -100,6 +109,18 @@ def _read_values(
         high=high,
         stored_shape=(int(values.shape[0]), int(values.shape[1])),
     )
+
+
+def _lut_window(ds, notes: list[str]) -> tuple[float, float, str] | None:
+    """The VOI LUT's linear stand-in window, or None (with a note) when the LUT cannot give one."""
+    try:
+        center, width = voi_lut_window(ds)
+    except RecursionError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a malformed LUT: open on the value range, say why
+        notes.append(f"VOI LUT Sequence gives no default window ({type(exc).__name__}: {exc})")
+        return None
+    return center, width, "VOI LUT range"
 
 
 def shrink_values(values: np.ndarray, max_side: int | None) -> np.ndarray:

@@ -3,7 +3,8 @@ window in the images' own pixel values.
 
 Window rules:
 - No window chosen (``None``): each image under its own default, the first DICOM Window Center /
-  Width of its file (PNG / JPEG: the bit depth; without either: the value range).
+  Width of its file (a file with only a VOI LUT Sequence: the linear window over which the LUT
+  rises; PNG / JPEG: the bit depth; without any of these: the value range).
 - A preset or a drag: the same (centre, width) on both images. Radiographs have no Hounsfield
   scale, so the presets are windows over the query's own value distribution (percentiles, mirrored
   for images whose low values show white): *lung* the darker part of the image, *mediastinum* the

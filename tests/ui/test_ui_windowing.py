@@ -138,3 +138,84 @@ def test_presets_are_percentile_windows_of_the_query_and_mirror_for_monochrome1(
     assert bone[0] > lung[0]  # bone sits in the brighter values of a MONOCHROME2 image
     with pytest.raises(ValueError, match="unknown window preset 'soft'"):
         preset_window(m2, "soft")
+
+
+def _with_voi_lut(path, first, lut, keep_window=False):
+    """Give a written file a VOI LUT Sequence (LUT Data ``lut`` from input ``first``), and unless
+    ``keep_window`` remove its Window Center / Width so the LUT is the file's only VOI."""
+    import pydicom
+    from pydicom.dataset import Dataset
+    from pydicom.sequence import Sequence
+
+    ds = pydicom.dcmread(path)
+    item = Dataset()
+    item.LUTDescriptor = [len(lut), first, 16]
+    item.add_new(0x00283006, "US", [int(v) for v in lut])  # LUT Data
+    ds.VOILUTSequence = Sequence([item])
+    if not keep_window:
+        for keyword in ("WindowCenter", "WindowWidth", "VOILUTFunction"):
+            if keyword in ds:
+                delattr(ds, keyword)
+    ds.save_as(path)
+
+
+def test_a_file_with_only_a_voi_lut_opens_on_the_range_where_its_lut_rises(tmp_path):
+    stored = np.tile(np.arange(0, 4000, 8, dtype=np.uint16), (8, 1))  # 8 x 500, 0..3992
+    path = tmp_path / "lut-only.dcm"
+    _write(path, stored)
+    # inputs 1000..2999: 0 up to 1200, then +100 per value, 60000 from 1800 on
+    inputs = np.arange(1000, 3000)
+    _with_voi_lut(path, 1000, np.clip((inputs - 1200) * 100, 0, 60000))
+    read = read_pixel_values(path)
+    # by hand: the last input at the lowest output is 1200, the first at the highest 1800, so
+    # c = (1200 + 1800 + 1) / 2 and w = 1800 - 1200 + 1
+    assert (read.default_center, read.default_width, read.window_source) == (
+        1500.5,
+        601.0,
+        "VOI LUT range",
+    )
+    assert naive_linear_voi(1200, 1500.5, 601) == 0 and naive_linear_voi(1800, 1500.5, 601) == 255
+    # the viewer's default and ingest's LUT display agree where the LUT is flat
+    grey = linear_window(read.values, read.default_center, read.default_width)
+    display = read_radiograph(path).pixels
+    flat_low, flat_high = stored <= 1200, stored >= 1800
+    assert (grey[flat_low] == 0).all() and (display[flat_low] == 0).all()
+    assert (grey[flat_high] == 255).all() and (display[flat_high] == 1).all()
+
+
+def test_pydicom_s_lut_test_file_opens_on_its_lut_range():
+    """vlut_04.dcm (pydicom's test data: an 8-bit image with a 256-entry VOI LUT and no window),
+    with the window worked out here from pydicom's own apply_voi one input at a time."""
+    import pydicom
+    from pydicom.data import get_testdata_file
+    from pydicom.pixels.processing import apply_voi
+
+    from chexretrieve.dicom.config import ReadConfig
+
+    path = get_testdata_file("vlut_04.dcm")
+    ds = pydicom.dcmread(path)
+    count, first = (
+        int(ds.VOILUTSequence[0].LUTDescriptor[0]),
+        int(ds.VOILUTSequence[0].LUTDescriptor[1]),
+    )
+    outputs = [float(apply_voi(np.array([x]), ds, index=0)[0]) for x in range(first, first + count)]
+    lowest, highest = min(outputs), max(outputs)
+    lo = first + max(next(i for i, y in enumerate(outputs) if y > lowest) - 1, 0)
+    hi = first + next(i for i, y in enumerate(outputs) if y == highest)
+    read = read_pixel_values(path, ReadConfig(allowed_modalities=("CR", "DX", "OT")))
+    assert read.window_source == "VOI LUT range"
+    assert (read.default_center, read.default_width) == ((lo + hi + 1) / 2, hi - lo + 1)
+
+
+def test_the_dicom_window_wins_over_a_lut_and_a_flat_lut_opens_on_the_value_range(tmp_path):
+    stored = np.tile(np.arange(0, 4000, 8, dtype=np.uint16), (8, 1))
+    both = tmp_path / "both.dcm"
+    _write(both, stored, window=(1500, 800))
+    _with_voi_lut(both, 0, np.arange(4096) * 16, keep_window=True)
+    assert read_pixel_values(both).window_source == "DICOM window"
+    flat = tmp_path / "flat.dcm"
+    _write(flat, stored)
+    _with_voi_lut(flat, 0, np.full(4096, 500))
+    read = read_pixel_values(flat)
+    assert read.window_source == "value range"
+    assert (read.default_center, read.default_width) == ((0 + 3992 + 1) / 2, 3992 + 1)
