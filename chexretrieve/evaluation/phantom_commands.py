@@ -12,6 +12,10 @@ from pathlib import Path
 
 import typer
 
+from chexretrieve.phantom.config import PhantomTrainingConfig
+
+#: the defaults the help texts quote (one source: the config dataclass)
+_TRAINING_DEFAULTS = PhantomTrainingConfig()
 #: the committed weights' file name; `phantom train` writes here by default (in the working folder)
 DEFAULT_TRAIN_OUT = Path("phantom-v3.pt")
 
@@ -21,9 +25,13 @@ def train_command(
     seed: int = typer.Option(
         1, "--seed", help="Seed of the training world and of the training (not the eval world 0)."
     ),
-    steps: int | None = typer.Option(None, "--steps", help="Optimiser steps (default: 2800)."),
+    steps: int | None = typer.Option(
+        None, "--steps", help=f"Optimiser steps (default: {_TRAINING_DEFAULTS.steps})."
+    ),
     n_images: int | None = typer.Option(
-        None, "--n-images", help="Training-split phantoms to draw (default: 6000)."
+        None,
+        "--n-images",
+        help=f"Training-split phantoms to draw (default: {_TRAINING_DEFAULTS.n_images}).",
     ),
     batch_size: int | None = typer.Option(None, "--batch-size", help="Images per step."),
     threads: int = typer.Option(2, "--threads", help="CPU threads and generator processes."),
