@@ -1,0 +1,54 @@
+#!/bin/sh
+# Re-measures every published figure that depends on the bundled phantom encoder's weights, in the
+# order they depend on each other (SIMULATION: phantoms, not patients). Run it after the default
+# weights change (`chexretrieve phantom train` + chexretrieve/encoders/weights/), then copy the
+# printed figures into the README ("Phantom encoder", "Storage precision", "The demo and relevance
+# feedback") and read the new report claim by claim; this script measures, it writes no prose.
+#
+#   1. the gates page          eval/phantom_zero_shot.md   (also caches the world's embeddings)
+#   2. the report              eval/reports/phantom-DATE/  (eval/make_phantom_report.sh)
+#   3. its budget supplement   eval/make_phantom_budget_supplement.sh
+#   4. float16 vs float32      benchmarks/storage_precision.py
+#   5. a fresh demo store      chexretrieve demo --no-serve, in a scratch folder
+#   6. relevance feedback      benchmarks/relevance_feedback.py on that store
+#   7. the README screenshots  tests/ui/make_screenshots.py (needs /usr/bin/chromium)
+#
+# Usage, from the checkout:  eval/remeasure_phantom_figures.sh [REPORT] [LOGS]
+#   REPORT  report folder to write (default eval/reports/phantom-<today>; it must not exist yet)
+#   LOGS    folder for each step's output and timing (default: a new folder under /tmp)
+# PYTHON=... picks the interpreter (default .venv/bin/python).
+set -eu
+PY="${PYTHON:-.venv/bin/python}"
+REPORT="${1:-eval/reports/phantom-$(date +%F)}"
+LOGS="${2:-$(mktemp -d /tmp/phantom-figures.XXXXXX)}"
+if [ -e "$REPORT" ]; then
+  echo "$REPORT exists already: give a new report folder, or move the old one away" >&2
+  exit 2
+fi
+mkdir -p "$LOGS"
+DEMO="$LOGS/demo"
+
+step() {  # step NAME COMMAND...: run it, keep its output and wall time in $LOGS/NAME.log
+  name="$1"; shift
+  echo "== $name: $*"
+  start=$(date +%s)
+  "$@" > "$LOGS/$name.log" 2>&1 || { echo "$name failed; see $LOGS/$name.log" >&2; exit 1; }
+  echo "   $(( $(date +%s) - start )) s wall, load average $(cut -d' ' -f1-3 /proc/loadavg)" \
+    | tee -a "$LOGS/$name.log"
+}
+
+step gates "$PY" -m chexretrieve phantom gates --seed 0 --n 3000 --out eval/phantom_zero_shot.md
+step report env PYTHON="$PY" eval/make_phantom_report.sh "$REPORT"
+step supplement env PYTHON="$PY" eval/make_phantom_budget_supplement.sh "$REPORT"
+step storage_precision "$PY" benchmarks/storage_precision.py
+step demo "$PY" -m chexretrieve demo --no-serve --data-dir "$DEMO"
+step relevance_feedback "$PY" benchmarks/relevance_feedback.py \
+  --db "sqlite:///$DEMO/chexretrieve.sqlite" --queries 15
+step screenshots "$PY" tests/ui/make_screenshots.py
+
+echo "== figures to carry into the README"
+grep -E "^\| (zero-shot AUROC mean|prompt direction does|effective dimension|inv_t x)" eval/phantom_zero_shot.md
+grep -E "^[a-z_]+ +[0-9.]+ +[0-9.]+ " "$LOGS/storage_precision.log" || true
+grep -E "ready in|files/s" "$LOGS/demo.log" || true
+grep -E "^mean gain" "$LOGS/relevance_feedback.log" || true
+echo "logs: $LOGS; report: $REPORT; screenshots: ui/screenshots/ (see git status)"
