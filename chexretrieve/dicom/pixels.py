@@ -345,11 +345,17 @@ def _apply_voi(
     return None
 
 
-def _voi_lut_range(ds: Dataset) -> tuple[float, float]:
+def _voi_lut_table(ds: Dataset) -> tuple[np.ndarray, np.ndarray]:
+    """Every input the first VOI LUT maps (from its descriptor) and pydicom's output for each."""
     descriptor = ds.VOILUTSequence[0].LUTDescriptor
     entries = int(descriptor[0]) or 65536
     first = int(descriptor[1])
-    outputs = apply_voi(np.arange(first, first + entries, dtype=np.int64), ds, index=0)
+    inputs = np.arange(first, first + entries, dtype=np.int64)
+    return inputs, np.asarray(apply_voi(inputs, ds, index=0), dtype=np.float64)
+
+
+def _voi_lut_range(ds: Dataset) -> tuple[float, float]:
+    _, outputs = _voi_lut_table(ds)
     return float(outputs.min()), float(outputs.max())
 
 
@@ -362,19 +368,17 @@ def voi_lut_window(ds: Dataset) -> tuple[float, float]:
     highest, the window maps ``lo`` and below to black and ``hi`` and above to white under the
     linear VOI function: c = (lo + hi + 1) / 2, w = hi - lo + 1.
     """
-    descriptor = ds.VOILUTSequence[0].LUTDescriptor
-    entries = int(descriptor[0]) or 65536
-    first = int(descriptor[1])
-    inputs = np.arange(first, first + entries, dtype=np.int64)
-    outputs = np.asarray(apply_voi(inputs, ds, index=0), dtype=np.float64)
+    inputs, outputs = _voi_lut_table(ds)
     low, high = float(outputs.min()), float(outputs.max())
     if not (math.isfinite(low) and math.isfinite(high) and high > low):
         raise ValueError("the VOI LUT is flat: every input gives the same output")
     if outputs[-1] < outputs[0]:
         raise ValueError("the VOI LUT decreases, which no linear window can stand for")
+    # the first input above the lowest output comes no later than the first at the highest, so
+    # lo <= hi and the width is at least 1
     lo = int(inputs[max(int(np.flatnonzero(outputs > low)[0]) - 1, 0)])
     hi = int(inputs[int(np.flatnonzero(outputs >= high)[0])])
-    return (lo + hi + 1) / 2, float(max(hi - lo + 1, 1))
+    return (lo + hi + 1) / 2, float(hi - lo + 1)
 
 
 def _scale_to_unit(values: np.ndarray, low: float, high: float) -> np.ndarray:
