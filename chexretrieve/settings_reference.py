@@ -12,7 +12,6 @@ import dataclasses
 import importlib
 import inspect
 import io
-import pkgutil
 import tokenize
 from dataclasses import dataclass
 from enum import Enum
@@ -35,12 +34,14 @@ class Setting:
 def config_classes() -> list[type]:
     """Every dataclass defined in a ``chexretrieve.*.config`` module, in module then source order."""
     found: list[type] = []
-    for info in sorted(
-        pkgutil.walk_packages(chexretrieve.__path__, prefix="chexretrieve."), key=lambda i: i.name
-    ):
-        if not info.name.endswith(".config"):
-            continue
-        module = importlib.import_module(info.name)
+    package = Path(chexretrieve.__file__).resolve().parent
+    # files, not pkgutil: a folder without __init__.py (a namespace package) is walked too
+    names = sorted(
+        ".".join(("chexretrieve", *path.relative_to(package).with_suffix("").parts))
+        for path in package.rglob("config.py")
+    )
+    for name in names:
+        module = importlib.import_module(name)
         classes = [
             obj
             for _, obj in inspect.getmembers(module, inspect.isclass)
@@ -159,12 +160,12 @@ def settings_markdown() -> str:
     return "\n".join(parts)
 
 
-def settings_text(width: int = 100) -> str:
+def settings_text(width: int = 100, only: list[Setting] | None = None) -> str:
     """The same reference as plain text for a terminal: ``Owner.field = default`` then meaning."""
     import textwrap
 
     lines: list[str] = []
-    for s in settings():
+    for s in settings() if only is None else only:
         lines.append(f"{s.owner}.{s.name} = {s.default}")
         for chunk in textwrap.wrap(s.meaning, width=max(width - 4, 20)) or ["(no comment)"]:
             lines.append(f"    {chunk}")
