@@ -148,7 +148,8 @@ def read_mimic(
                 dicom_id=dicom_id,
             )
         )
-    read = tuple(p.name for p in [*files.labels.values(), *files.by_kind.values()])
+    used = [labels_file] if labels_file is not None else []
+    read = tuple(p.name for p in [*used, *files.by_kind.values()])
     index = DatasetIndex(dataset, root, entries, read)
     index.report_files = _report_files(root, files.by_kind.get("study-list"), images)
     if labels_file is not None:
