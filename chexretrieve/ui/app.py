@@ -68,7 +68,7 @@ def open_case_lookup(config: UIConfig) -> tuple[CaseLookup, CurationDesk]:
         case_page_size=config.case_page_size,
         thumbnail_dir=config.feature_cache_dir / "thumbnails" if config.feature_cache_dir else None,
         audit=audit,
-        report_texts=ReportTexts(config.reports_csv),
+        report_texts=ReportTexts(config.reports_csv, store.report_for_image),
     )
     curation = CurationDesk(config.anchors_dir, store, root.encoder, lambda: service.gallery)
     return lookup, curation

@@ -185,7 +185,9 @@ class CaseLookup(ArchiveThumbnails):
         self.anchors_dir = anchors_dir
         self.reports_dir = Path(reports_dir)
         self.case_page_size = case_page_size
-        self.report_texts = report_texts or ReportTexts()
+        self.report_texts = report_texts or ReportTexts(
+            stored=getattr(store, "report_for_image", None)
+        )
         self._serials = itertools.count(1)  # numbers the results pages this server sends
 
     # ---------------------------------------------------------------------------- archive
@@ -203,7 +205,7 @@ class CaseLookup(ArchiveThumbnails):
         return gallery.labels.loc[int(image_id)].to_dict()
 
     def report_of(self, image_id: int) -> str | None:
-        return self.report_texts.report_for(self._metadata(image_id).get("source_path"))
+        return self.report_texts.report_for(self._metadata(image_id).get("source_path"), image_id)
 
     def view_choices(self) -> list[str]:
         views = self.gallery.metadata["view_position"].dropna().astype(str).str.upper()
@@ -327,7 +329,7 @@ class CaseLookup(ArchiveThumbnails):
             case_id=image_id,
             notes=notes,
             labels=self.labels_of(image_id),
-            report=self.report_texts.report_for(meta.get("source_path")),
+            report=self.report_texts.report_for(meta.get("source_path"), image_id),
         )
 
     def load_upload(
@@ -484,7 +486,7 @@ class CaseLookup(ArchiveThumbnails):
                 hit=hit,
                 percentile=pct[i],
                 thumbnail_uri=self.thumbnail_uri(hit.image_id),
-                report=self.report_texts.report_for(hit.metadata.get("source_path")),
+                report=self.report_texts.report_for(hit.metadata.get("source_path"), hit.image_id),
                 baseline_rank=base_ranks[i],
                 baseline_percentile=base_pct[i],
             )
@@ -531,7 +533,7 @@ class CaseLookup(ArchiveThumbnails):
             details_html(f"Result: case {image_id}", meta)
             + "<p class='cx-sub'>Labels</p>" + labels_html(self.labels_of(image_id), finding)
             + "<p class='cx-sub'>Report</p>"
-            + report_html(self.report_texts.report_for(meta.get("source_path")))
+            + report_html(self.report_texts.report_for(meta.get("source_path"), image_id))
         )  # fmt: skip
 
     @staticmethod
