@@ -147,7 +147,9 @@ class PosteriorConfig:
     repeats: int = 3
     # target-only models; each one with a posterior_ twin is also run adapted from the broad corpus
     geometries: tuple[str, ...] = ("softmax", "gaussian", "latent_spherical", "gmm")
-    # posterior models (specs); empty: the posterior_ twin of each target-only model that has one
+    # posterior models (specs); empty: the posterior_ twin of each target-only model that has one.
+    # The posterior latent models' default k is the 95%-variance rule on the posterior Bingham
+    # matrix ("posterior_latent_spherical:k=32" sets it); k = d ranks as cosine and is refused
     posterior_geometries: tuple[str, ...] = ()
     # findings averaged over (empty: the retrieval evaluation's findings)
     findings: tuple[str, ...] = ()
