@@ -19,12 +19,22 @@ share patients (a query would find its own patient's other images), unless allow
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 import pandas as pd
 
 from chexretrieve.evaluation.config import ProtocolConfig
-from chexretrieve.evaluation.protocol import LabelledArchive
+
+
+class LabelledArchive(Protocol):
+    """What is read of an ``evaluation.protocol.LabelledArchive`` (which imports this module)."""
+
+    image_ids: np.ndarray
+    splits: np.ndarray
+    labels: pd.DataFrame
+
+    def __len__(self) -> int: ...
 
 VIEW_COLUMNS = (
     "view_group",
