@@ -36,6 +36,7 @@ class LabelledArchive(Protocol):
 
     def __len__(self) -> int: ...
 
+
 VIEW_COLUMNS = (
     "view_group",
     "Frontal/Lateral",
@@ -183,3 +184,11 @@ def select_cohort(archive: LabelledArchive, config: ProtocolConfig) -> Cohort:
         overlap_allowed=config.allow_patient_overlap,
         notes=notes,
     )
+
+
+def query_clusters(archive: LabelledArchive, query_index: np.ndarray, unit: str):
+    """The bootstrap cluster of each query row: its patient (unit "patient") or None (images)."""
+    if unit != "patient":
+        return None
+    patients, _ = patient_ids(archive)
+    return patients[np.asarray(query_index, dtype=np.int64)]
