@@ -18,6 +18,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import secrets
 import stat
 from dataclasses import dataclass
@@ -26,6 +27,8 @@ from pathlib import Path
 #: environment variable naming the audit key file
 AUDIT_KEY_ENV = "CHEXRETRIEVE_AUDIT_KEY"
 HEAD_FORMAT = 1
+#: ``prev`` of the first record
+GENESIS = "0" * 64
 
 
 class AuditIntegrityError(ValueError):
@@ -197,3 +200,20 @@ def write_head(log_path: Path, key: bytes, head: Head, fsync: bool = True) -> No
         raise
     if fsync:
         fsync_folder(path.parent)
+
+
+_MAC_TAIL = re.compile(rb',"mac":"([0-9a-f]{64})"}$')
+
+
+def keyed_line(entry: dict, key: bytes) -> bytes:
+    """The record as one ASCII JSON line ending in ``"mac"``: the HMAC of the line without it."""
+    body = json.dumps(entry, separators=(",", ":"), ensure_ascii=True, default=str).encode()
+    return body[:-1] + b',"mac":"' + mac_of(key, body).encode() + b'"}'
+
+
+def split_mac(line: bytes) -> tuple[bytes, str] | None:
+    """(the bytes the HMAC covers, the HMAC) of a keyed line; None for a line without one."""
+    found = _MAC_TAIL.search(line)
+    if found is None:
+        return None
+    return line[: found.start()] + b"}", found.group(1).decode()

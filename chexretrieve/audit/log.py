@@ -22,7 +22,6 @@ import hashlib
 import hmac
 import json
 import os
-import re
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, is_dataclass
@@ -31,19 +30,21 @@ from typing import Any
 
 from chexretrieve.audit.config import AuditConfig
 from chexretrieve.audit.keys import (
+    GENESIS,
     AuditIntegrityError,
     Head,
     default_key_path,
     head_path,
+    keyed_line,
     load_or_create_key,
     mac_of,
     read_head,
+    split_mac,
     write_fully,
     write_head,
 )
 
 ACTIONS = ("search", "view", "export")
-GENESIS = "0" * 64
 _TAIL_STEP = 8192
 
 
@@ -272,11 +273,6 @@ class AuditLog:
                 raise ValueError(f"{self.path}:{number}: not a JSON audit record") from None
         return out
 
-    def verify(self) -> list[str]:
-        from chexretrieve.audit.verify import verify_audit_file
-
-        return verify_audit_file(self.path, key_path=self.key_path)
-
 
 def open_audit_log(config: AuditConfig | None = None) -> AuditLog | None:
     """The audit log the configuration asks for (None when turned off)."""
@@ -284,23 +280,6 @@ def open_audit_log(config: AuditConfig | None = None) -> AuditLog | None:
     if not config.enabled:
         return None
     return AuditLog(config.resolved_path, fsync=config.fsync, key_path=config.resolved_key_path)
-
-
-_MAC_TAIL = re.compile(rb',"mac":"([0-9a-f]{64})"}$')
-
-
-def keyed_line(entry: dict, key: bytes) -> bytes:
-    """The record as one ASCII JSON line ending in ``"mac"``: the HMAC of the line without it."""
-    body = json.dumps(entry, separators=(",", ":"), ensure_ascii=True, default=str).encode()
-    return body[:-1] + b',"mac":"' + mac_of(key, body).encode() + b'"}'
-
-
-def split_mac(line: bytes) -> tuple[bytes, str] | None:
-    """(the bytes the HMAC covers, the HMAC) of a keyed line; None for a line without one."""
-    found = _MAC_TAIL.search(line)
-    if found is None:
-        return None
-    return line[: found.start()] + b"}", found.group(1).decode()
 
 
 def _parse_keyed(line: bytes, key: bytes) -> dict | None:

@@ -23,14 +23,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from chexretrieve.audit.keys import (
+    GENESIS,
     AuditIntegrityError,
     default_key_path,
     head_path,
     mac_of,
     read_head,
     read_key,
+    split_mac,
 )
-from chexretrieve.audit.log import GENESIS, split_mac
 
 
 @dataclass
