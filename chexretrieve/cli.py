@@ -115,6 +115,10 @@ from chexretrieve.encoders.commands import encoders_app  # noqa: E402
 
 app.add_typer(encoders_app, name="encoders")
 
+from chexretrieve.audit.commands import audit_app  # noqa: E402
+
+app.add_typer(audit_app, name="audit")
+
 
 @app.command("settings")
 def settings_command(

@@ -63,5 +63,6 @@ def open_search_app(
         encoder=encoder,
         config=config.search,
         audit=audit,
+        revision=store.archive_revision,
     )
     return SearchApp(config, store, encoder, anchors, audit, service)

@@ -121,8 +121,14 @@ class SearchService:
         encoder=None,
         config: SearchConfig | None = None,
         audit=None,
+        revision: Callable[[], int] | None = None,
     ):
         self.config = config or SearchConfig()
+        # the archive's generation (chexretrieve.store.Store.archive_revision): read before every
+        # search, one small query; when it moved, the gallery is reloaded and its features
+        # extended or recomputed, so a running server sees an ingest in its next search
+        self._revision = revision
+        self._gallery_revision: int | None = None
         # optional chexretrieve.audit.AuditLog: every search is recorded with its user and results
         self.audit = audit
         self._load_gallery = gallery
@@ -146,7 +152,29 @@ class SearchService:
             return gallery
         with self._gallery_lock:  # one load at a time: concurrent searches wait for it
             if self._gallery is None:
-                self._gallery = self._stored(self._load_gallery())
+                self._gallery = self._reload()
+            return self._gallery
+
+    def _reload(self) -> Gallery:
+        """Load the gallery (call under ``_gallery_lock``). The revision is read *before* the
+        load: an ingest committing meanwhile makes the next search reload again, never miss."""
+        revision = self._revision() if self._revision is not None else None
+        gallery = self._stored(self._load_gallery())
+        self._gallery_revision = revision
+        return gallery
+
+    def current_gallery(self) -> Gallery:
+        """The gallery, reloaded first when the archive's revision moved since it was loaded."""
+        gallery = self.gallery
+        if self._revision is None:
+            return gallery
+        revision = self._revision()
+        if revision == self._gallery_revision:
+            return gallery
+        with self._gallery_lock:
+            if self._gallery is not None and self._gallery_revision == revision:
+                return self._gallery  # another request reloaded it meanwhile
+            self._gallery = self._reload()
             return self._gallery
 
     def _stored(self, gallery: Gallery) -> Gallery:
@@ -162,6 +190,7 @@ class SearchService:
         """Reload the gallery (after an ingest); features recompute only if the archive changed."""
         with self._gallery_lock:
             self._gallery = None
+            self._gallery_revision = None
 
     def gallery_containing(self, *image_ids: int | None) -> Gallery:
         """The gallery, reloaded once when it lacks one of ``image_ids`` (an image ingested after
@@ -172,14 +201,14 @@ class SearchService:
         "case N is not in the archive" error from the gallery.
         """
         wanted = [int(i) for i in image_ids if i is not None]
-        gallery = self.gallery
+        gallery = self.current_gallery()
         if all(i in gallery for i in wanted):
             return gallery
         with self._gallery_lock:
             current = self._gallery
             if current is not None and current is not gallery and all(i in current for i in wanted):
                 return current  # another request reloaded it meanwhile
-            self._gallery = self._stored(self._load_gallery())  # started after the miss
+            self._gallery = self._reload()  # started after the miss
             return self._gallery
 
     def _gallery_for(self, request: SearchRequest, *image_ids: int) -> Gallery:
@@ -362,7 +391,12 @@ class SearchService:
             self.config.fit_seed,
         )
         features = self.cache.gallery_features(
-            geometry, key, gallery.fingerprint, gallery.embeddings
+            geometry,
+            key,
+            gallery.fingerprint,
+            gallery.embeddings,
+            image_ids=gallery.image_ids,
+            context={"encoder": gallery.encoder_id},
         )
         return geometry, features, key
 
