@@ -116,6 +116,11 @@ from chexretrieve.encoders.commands import encoders_app  # noqa: E402
 app.add_typer(encoders_app, name="encoders")
 
 
+from chexretrieve.app.density_commands import density_app  # noqa: E402
+
+app.add_typer(density_app, name="density")
+
+
 def main() -> None:
     app()
 

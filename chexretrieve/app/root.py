@@ -57,11 +57,17 @@ def open_search_app(
         )
     audit = open_audit_log(config.audit)
     anchors = StoreAnchorProvider(store, encoder, config.anchors_dir)
+    density = None
+    if config.density.enabled:
+        from chexretrieve.density import ArchiveDensityProvider
+
+        density = ArchiveDensityProvider(store, encoder.encoder_id, config.density, anchors)
     service = SearchService(
         lambda: gallery_from_store(store, encoder.encoder_id),
         anchors,
         encoder=encoder,
         config=config.search,
         audit=audit,
+        density=density,
     )
     return SearchApp(config, store, encoder, anchors, audit, service)
