@@ -137,6 +137,27 @@ def rare_command(
         Console(stderr=True).print(note, markup=False)
 
 
+def fit_after_ingest(store, encoder, console) -> None:  # noqa: ANN001
+    """``ingest --fit-density``: fit the density of the store just written; a failure (too few
+    images) is one line, never a failed ingest."""
+    from rich.markup import escape
+
+    from chexretrieve.density import ArchiveDensityProvider
+    from chexretrieve.search.sources import StoreAnchorProvider, gallery_from_store
+
+    try:
+        anchors = StoreAnchorProvider(store, encoder)
+        provider = ArchiveDensityProvider(store, encoder.encoder_id, anchors=anchors)
+        density = provider.fit(gallery_from_store(store, encoder.encoder_id))
+    except ValueError as exc:
+        console.print(f"[yellow]density not fitted:[/yellow] {escape(str(exc))}")
+        return
+    console.print(
+        f"density: {density.model.n_components} components on {density.n_images} images "
+        f"(archive revision {density.revision})"
+    )
+
+
 def _print(summary: dict, as_json: bool) -> None:
     if as_json:
         typer.echo(json.dumps(summary, indent=2, default=str))
