@@ -125,9 +125,13 @@ class ArchiveDensity:
         changed = (len(self.image_ids) - kept) + (len(np.unique(now)) - kept)
         return changed / max(len(self.image_ids), 1)
 
-    def decompose(self, embeddings, mass: float = 0.9) -> list[list[tuple[int, float]]]:
-        """Per row: the fewest (component, posterior) pairs, largest first, covering ``mass``."""
-        posterior = self.model.posterior(embeddings)
+    def decompose(
+        self, embeddings, mass: float = 0.9, posterior=None
+    ) -> list[list[tuple[int, float]]]:
+        """Per row: the fewest (component, posterior) pairs, largest first, covering ``mass``
+        (``posterior``: the rows' P(k | x) when already computed)."""
+        if posterior is None:
+            posterior = self.model.posterior(embeddings)
         out = []
         for row in posterior:
             order = np.argsort(-row, kind="stable")

@@ -244,7 +244,8 @@ class ArchiveDensityProvider:
             return DensityUnavailable(note)
         row = np.asarray(query, dtype=np.float64).reshape(1, -1)
         row = row / np.linalg.norm(row)
-        value = float(density.model.log_density(row)[0])
+        values, posterior = density.model.log_density_and_posterior(row)
+        value = float(values[0])
         return QueryDensity(
             log_density=value,
             percentile=float(density.percentile([value])[0]),
@@ -256,7 +257,7 @@ class ArchiveDensityProvider:
             n_images=density.n_images,
             n_components=density.model.n_components,
             note=note,
-            concepts=self.concepts(density, row)[0],
+            concepts=self.concepts(density, row, posterior)[0],
         )
 
     def with_concepts(self, hits, gallery) -> tuple:
@@ -268,10 +269,11 @@ class ArchiveDensityProvider:
         shares = self.concepts(density, gallery.embeddings[rows])
         return tuple(replace(hit, concepts=c) for hit, c in zip(hits, shares, strict=True))
 
-    def concepts(self, density: ArchiveDensity, rows) -> list[tuple[ConceptShare, ...]]:
+    def concepts(self, density: ArchiveDensity, rows, posterior=None) -> list[tuple]:
+        """Per row: its ConceptShares (top components covering ``concept_mass``)."""
         rows = np.asarray(rows, dtype=np.float64)
         rows = rows / np.linalg.norm(rows, axis=1, keepdims=True)
         return [
             tuple(ConceptShare(k, p, density.components[k]) for k, p in shares)
-            for shares in density.decompose(rows, self.config.concept_mass)
+            for shares in density.decompose(rows, self.config.concept_mass, posterior)
         ]

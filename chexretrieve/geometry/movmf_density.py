@@ -135,6 +135,13 @@ class MovMFDensity:
         x = check_unit_rows(embeddings, "embeddings", self.dim)
         return logsumexp(self._log_joint(x), axis=1)
 
+    def log_density_and_posterior(self, embeddings) -> tuple[np.ndarray, np.ndarray]:
+        """Both at the cost of one: log p(x) (n,) and P(k | x) (n, K)."""
+        x = check_unit_rows(embeddings, "embeddings", self.dim)
+        joint = self._log_joint(x)
+        total = logsumexp(joint, axis=1)
+        return total, np.exp(joint - total[:, None])
+
     def posterior(self, embeddings) -> np.ndarray:
         """Responsibilities P(component k | x), shape (n, K), rows summing to 1."""
         x = check_unit_rows(embeddings, "embeddings", self.dim)
@@ -181,8 +188,9 @@ def spherical_kmeans_labels(x: np.ndarray, n_components: int, seed: int) -> np.n
         distance = np.minimum(distance, np.maximum(1.0 - x @ centres[k].astype(x.dtype), 0.0))
     labels = np.argmax(x @ centres.T.astype(x.dtype), axis=1)
     for _ in range(_KMEANS_PASSES):
-        sums = np.zeros_like(centres)
-        np.add.at(sums, labels, x.astype(np.float64))
+        onehot = np.zeros((count, n_components), dtype=x.dtype)
+        onehot[np.arange(count), labels] = 1.0
+        sums = (onehot.T @ x).astype(np.float64)  # per-cluster sums (np.add.at is far slower)
         norms = np.linalg.norm(sums, axis=1)
         keep = norms > 0
         centres[keep] = sums[keep] / norms[keep, None]
