@@ -145,6 +145,11 @@ def settings_command(
     typer.echo(settings_text())
 
 
+from chexretrieve.app.density_commands import density_app  # noqa: E402
+
+app.add_typer(density_app, name="density")
+
+
 def main() -> None:
     app()
 

@@ -105,6 +105,12 @@ def ingest_command(
         help="Only add missing thumbnails to the images of --db, read from their files "
         "(for stores ingested before thumbnails existed); no PATHS.",
     ),
+    fit_density: bool = typer.Option(
+        False,
+        "--fit-density/--no-fit-density",
+        help="Fit the archive density (OOD flag, rare cases) at the end; searches otherwise "
+        "fit it on first use.",
+    ),
 ) -> None:
     """Ingest DICOM / PNG / JPEG files: decode, embed, store; resumable and idempotent."""
     from rich.console import Console
@@ -141,6 +147,7 @@ def ingest_command(
             show_progress=progress,
             executor=executor,
             thumbnail_px=thumbnail_px,
+            fit_density=fit_density,
         )
     except KeyboardInterrupt:
         console.print("[red]interrupted[/red]: committed batches are kept; run again to resume")
@@ -183,7 +190,7 @@ def _pacs_or_usage(console, paths, url, studies, since, spool, insecure, ca_bund
 def _run(console, *, paths, db, encoder_spec, labels_paths, workers, batch_size, report_path,  # noqa: ANN001
          strict, split, file_timeout, modalities, device, show_progress,  # noqa: ANN001
          executor="local", thumbnail_px=256, dataset="auto", mimic_labels="chexpert",  # noqa: ANN001
-         report_csvs=()) -> int:  # noqa: ANN001  # fmt: skip
+         report_csvs=(), fit_density=False) -> int:  # noqa: ANN001  # fmt: skip
     from chexretrieve.app.dataset_ingest import label_sources, store_reports
     from chexretrieve.encoders.registry import load_encoder
     from chexretrieve.ingest.config import IngestConfig
@@ -255,6 +262,10 @@ def _run(console, *, paths, db, encoder_spec, labels_paths, workers, batch_size,
                 f"{counts['unchanged']} unchanged"
                 + (f"; {unmatched} report rows matched no stored image" if unmatched else "")
             )
+        if fit_density:
+            from chexretrieve.app.density_commands import fit_after_ingest
+
+            fit_after_ingest(store, encoder, console)
     finally:
         store.close()
     from rich.console import Console

@@ -57,6 +57,11 @@ def open_search_app(
         )
     audit = open_audit_log(config.audit)
     anchors = StoreAnchorProvider(store, encoder, config.anchors_dir)
+    density = None
+    if config.density.enabled:
+        from chexretrieve.density import ArchiveDensityProvider
+
+        density = ArchiveDensityProvider(store, encoder.encoder_id, config.density, anchors)
     service = SearchService(
         lambda: gallery_from_store(store, encoder.encoder_id),
         anchors,
@@ -64,5 +69,6 @@ def open_search_app(
         config=config.search,
         audit=audit,
         revision=store.archive_revision,
+        density=density,
     )
     return SearchApp(config, store, encoder, anchors, audit, service)

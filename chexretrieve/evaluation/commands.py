@@ -398,3 +398,7 @@ def runtime_command(
 from chexretrieve.evaluation.natural_commands import natural_command  # noqa: E402
 
 eval_app.command("natural")(natural_command)
+
+from chexretrieve.evaluation.density_commands import density_command  # noqa: E402
+
+eval_app.command("density")(density_command)

@@ -99,6 +99,8 @@ class SearchHit:
     metadata: dict
     labels: dict
     explanation: Explanation | None = None
+    # with explain and an archive density: the result's concept decomposition (ConceptShare)
+    concepts: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,9 @@ class SearchResult:
     encoder_id: str
     hits: tuple[SearchHit, ...]
     candidates: int  # gallery rows that passed the filters
+    # chexretrieve.density QueryDensity (log-density, percentile, OOD flag) or DensityUnavailable;
+    # None when the service has no density provider
+    density: object | None = None
 
 
 class SearchService:
@@ -122,8 +127,11 @@ class SearchService:
         config: SearchConfig | None = None,
         audit=None,
         revision: Callable[[], int] | None = None,
+        density=None,
     ):
         self.config = config or SearchConfig()
+        # optional chexretrieve.density.ArchiveDensityProvider: every search is assessed by it
+        self.density = density
         # the archive's generation (chexretrieve.store.Store.archive_revision): read before every
         # search, one small query; when it moved, the gallery is reloaded and its features
         # extended or recomputed, so a running server sees an ingest in its next search
@@ -244,6 +252,11 @@ class SearchService:
             ranked = _rank_exactly(features, vector, offset, mask, candidates, k, gallery, threads)
         rows, scores = ranked
         hits = self._hits(rows, scores, gallery, query, anchor_set, request.explain)
+        assessment = None
+        if self.density is not None:
+            assessment = self.density.assess(query, gallery)
+            if request.explain and hits and assessment.concepts:
+                hits = self.density.with_concepts(hits, gallery)
         result = SearchResult(
             finding=finding,
             geometry=spec.name,
@@ -251,12 +264,14 @@ class SearchService:
             encoder_id=gallery.encoder_id,
             hits=hits,
             candidates=candidates,
+            density=assessment,
         )
         if self.audit is not None:
             study = request.query_study_uid
             if request.case_id is not None and "study_uid" in gallery.metadata:
                 study = gallery.metadata["study_uid"].get(int(request.case_id))
-            self.audit.search(user, request, result, query_study=study)
+            extra = {} if assessment is None else {"density": assessment.audit_fields()}
+            self.audit.search(user, request, result, query_study=study, **extra)
         return result
 
     def gallery_scores(self, request: SearchRequest) -> tuple[np.ndarray, np.ndarray]:

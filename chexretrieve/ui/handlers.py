@@ -29,6 +29,7 @@ from chexretrieve.ui.case_picker import (
     page_summary,
     parse_case_id,
 )
+from chexretrieve.ui.density_banner import density_banner_html
 from chexretrieve.ui.radiology_reports import ReportTexts
 from chexretrieve.ui.render import details_html, esc, explanation_html, placeholder
 from chexretrieve.ui.results_html import (
@@ -500,6 +501,7 @@ class CaseLookup(ArchiveThumbnails):
         legend = similarity_legend(name.display, result.candidates, shown_baseline)
         html = results_html(list(rows), title, finding, legend, selected, relevant, not_relevant,
                             shown_baseline, next(self._serials))  # fmt: skip
+        html = density_banner_html(result.density) + html  # OOD warning / typicality line
         step(1.0, "Done")
         return ResultsPage(result, rows, title, legend, html, shown_baseline)
 
