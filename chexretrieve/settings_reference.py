@@ -32,7 +32,7 @@ class Setting:
 
 
 def config_classes() -> list[type]:
-    """Every dataclass defined in a ``chexretrieve.*.config`` module, in module then source order."""
+    """Every dataclass defined in a ``chexretrieve.*.config`` module, by module, in source order."""
     found: list[type] = []
     package = Path(chexretrieve.__file__).resolve().parent
     # files, not pkgutil: a folder without __init__.py (a namespace package) is walked too
@@ -142,9 +142,9 @@ def settings_markdown() -> str:
     parts = [
         "# Settings reference",
         "",
-        "Every field of every configuration dataclass (`chexretrieve/**/config.py`) with its default",
-        "and the comment beside it in the code. This page is generated when the site is built",
-        "(`chexretrieve settings` prints the same table), so it cannot drift from the code.",
+        "Every field of every configuration dataclass (`chexretrieve/**/config.py`) with its",
+        "default and the comment beside it in the code. This page is generated when the site is",
+        "built (`chexretrieve settings` prints the same table), so it cannot drift from the code.",
         "The command line builds these dataclasses from its options; library callers pass them.",
         "",
     ]

@@ -63,7 +63,13 @@ def test_formulas_are_mathml_and_docstrings_are_rendered(site: Path) -> None:
     assert method.count("<math") >= 10
     assert "$$" not in method
     api = (site / "reference" / "api" / "index.html").read_text(encoding="utf-8")
-    for name in ("open_search_app", "SearchService", "fit_geometry", "load_encoder", "read_radiograph"):
+    for name in (
+        "open_search_app",
+        "SearchService",
+        "fit_geometry",
+        "load_encoder",
+        "read_radiograph",
+    ):
         assert re.search(rf'id="[\w.]*{name}"', api), f"{name} has no rendered entry"
 
 

@@ -1,4 +1,4 @@
-"""Every CHEXRETRIEVE_* environment variable the package reads is in docs/reference/environment.md."""
+"""Every CHEXRETRIEVE_* variable the package reads is in docs/reference/environment.md."""
 
 from __future__ import annotations
 
@@ -32,10 +32,14 @@ def test_the_package_reads_environment_variables():
 def test_every_environment_variable_is_documented():
     documented = _documented()
     missing = {n: f for n, f in _variables_in(ROOT / "chexretrieve").items() if n not in documented}
-    assert not missing, f"CHEXRETRIEVE_* variables missing from docs/reference/environment.md: {missing}"
+    assert not missing, (
+        f"CHEXRETRIEVE_* variables missing from docs/reference/environment.md: {missing}"
+    )
 
 
 def test_the_table_names_no_variable_nobody_reads():
     used = set(_variables_in(ROOT / "chexretrieve")) | set(_variables_in(ROOT / "tests"))
     stale = _documented() - used
-    assert not stale, f"docs/reference/environment.md documents variables nothing reads: {sorted(stale)}"
+    assert not stale, (
+        f"docs/reference/environment.md documents variables nothing reads: {sorted(stale)}"
+    )

@@ -2,8 +2,8 @@
 
 Each tour is the fenced ``bash`` block after a ``<!-- tour: NAME -->`` comment. The blocks are run
 verbatim by bash (``set -euo pipefail``) in an empty folder that holds a ``.venv/bin/chexretrieve``
-shim calling this interpreter's ``python -m chexretrieve``, so the commands a newcomer copies are the
-commands tested. What each tour must leave behind is checked against the phantom archive's own
+shim calling this interpreter's ``python -m chexretrieve``, so the commands a newcomer copies are
+the commands tested. What each tour must leave behind is checked against the phantom archive's own
 files, not against the commands' output alone.
 """
 
@@ -71,7 +71,8 @@ def tour_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
             timeout=1800,  # a hang guard only: the three tours take a few minutes
         )
         assert done.returncode == 0, (
-            f"tour {name!r} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+            f"tour {name!r} failed ({done.returncode}):\n"
+            f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
         )
         outputs[name] = done.stdout
     return {"work": work, "out": outputs}

@@ -36,7 +36,9 @@ def _code_default(field: dataclasses.Field) -> object:
 
 
 def test_config_classes_exist() -> None:
-    assert len(_config_classes()) > 20, "configuration dataclasses not found in chexretrieve.*.config"
+    assert len(_config_classes()) > 20, (
+        "configuration dataclasses not found in chexretrieve.*.config"
+    )
 
 
 def test_config_dataclasses_are_frozen_and_commented() -> None:
@@ -81,7 +83,10 @@ def test_every_documented_default_reads_back_as_the_code_default() -> None:
     for cls in _config_classes():
         for field in dataclasses.fields(cls):
             text = documented[(cls.__name__, field.name)]
-            if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
+            if (
+                field.default is dataclasses.MISSING
+                and field.default_factory is dataclasses.MISSING
+            ):
                 assert text == "required"
                 continue
             default = _code_default(field)
