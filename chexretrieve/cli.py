@@ -115,6 +115,10 @@ from chexretrieve.encoders.commands import encoders_app  # noqa: E402
 
 app.add_typer(encoders_app, name="encoders")
 
+from chexretrieve.accounts.commands import users_app  # noqa: E402
+
+app.add_typer(users_app, name="users")
+
 
 def main() -> None:
     app()
