@@ -49,6 +49,7 @@ class UIConfig:
     # TLS certificate and private key (PEM) to serve HTTPS; None = plain HTTP (warned about on a
     # non-loopback address)
     ssl_certfile: Path | None = None
+    # the TLS private key (PEM) of ssl_certfile
     ssl_keyfile: Path | None = None
     # largest accepted upload in MiB (DICOM / PNG / JPEG query images)
     max_upload_mb: int = 50
