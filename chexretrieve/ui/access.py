@@ -176,8 +176,10 @@ class AccessGuard:
         if not route_allowed(path):
             await _answer(send, 404, b"")
             return
-        if access.mode == "header" and not access.config.is_trusted_proxy(peer):
-            await _answer(send, 403, b"this server answers only its sign-in proxy")
+        startup = path == "/gradio_api/startup-events"  # Gradio's own launch check (no data)
+        if access.mode == "header" and not startup and not access.config.is_trusted_proxy(peer):
+            # 401 (not 403): no sign-in came through the proxy (Gradio's launch probe accepts it)
+            await _answer(send, 401, b"this server answers only its sign-in proxy")
             return
         if access.mode == "accounts":
             self._end_expired_session(scope)

@@ -88,14 +88,29 @@ def open_access(config: UIConfig, store) -> AccessControl:  # noqa: ANN001
     from chexretrieve.accounts.book import AccountBook
 
     book = AccountBook(store, config.access)
-    if config.sign_in == "accounts" and not any(
-        r.password_hash and not r.disabled for r in book.list()
-    ):
+    usable = [r for r in book.list() if not r.disabled]
+    if config.sign_in == "accounts":
+        usable = [r for r in usable if r.password_hash]
+    if not usable:
         raise ValueError(
-            "no enabled account with a password in this store: add one with "
-            "`chexretrieve users add NAME --role admin` first"
+            f"no enabled account {'with a password ' if config.sign_in == 'accounts' else ''}"
+            f"in {store.label}: add one with `chexretrieve users add NAME --role admin` first"
         )
     return AccessControl(config.sign_in, book, config.access)
+
+
+def check_sign_in(config: UIConfig) -> None:
+    """ValueError before anything is loaded when the sign-in of ``config`` has no account."""
+    if config.sign_in == "none":
+        return
+    from chexretrieve.app.stores import resolve_read_store
+    from chexretrieve.store import open_store
+
+    store = open_store(resolve_read_store(config.db_url))
+    try:
+        open_access(config, store)
+    finally:
+        store.close()
 
 
 def launch_app(app: gr.Blocks, config: UIConfig, block: bool = True):
@@ -131,6 +146,9 @@ def launch_app(app: gr.Blocks, config: UIConfig, block: bool = True):
         auth_dependency=access.auth_dependency(),
         ssl_certfile=str(config.ssl_certfile) if config.ssl_certfile else None,
         ssl_keyfile=str(config.ssl_keyfile) if config.ssl_keyfile else None,
+        # only Gradio's probe of its own local URL at launch: a hospital CA's certificate is often
+        # not in the system's trust store (clients verify the certificate as usual)
+        ssl_verify=False,
         auth_message="chexretrieve case lookup: sign in",
         max_file_size=f"{config.max_upload_mb}mb",
         allowed_paths=None,

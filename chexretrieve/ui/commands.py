@@ -105,11 +105,13 @@ def serve_command(
         )
         from chexretrieve.app import ensure_port_free
         from chexretrieve.ui import serve_app
+        from chexretrieve.ui.app import check_sign_in
 
-        ensure_port_free(host, port)  # before the archive and the model are loaded
-        scheme = "https" if ssl_certfile else "http"
         if config.plain_http_warning:
             console.print(f"[yellow]warning:[/yellow] {escape(config.plain_http_warning)}")
+        ensure_port_free(host, port)  # before the archive and the model are loaded
+        check_sign_in(config)
+        scheme = "https" if ssl_certfile else "http"
         console.print(f"case lookup on {scheme}://{host}:{port} (Ctrl+C stops it)")
         serve_app(config)
     except (ValueError, OSError) as exc:  # busy port, missing store: one line, no traceback

@@ -38,6 +38,8 @@ CATEGORIES = {
     "test_adv_llm": "10 LLM endpoint faults",
     "test_adv_audit": "11 audit log, no PHI in logs",
     "test_adv_load": "12 load",
+    "test_adv_access": "13 accounts, roles, REST routes",
+    "test_adv_inputs": "14 previews, picker, input caps",
 }
 
 
