@@ -149,6 +149,10 @@ from chexretrieve.app.density_commands import density_app  # noqa: E402
 
 app.add_typer(density_app, name="density")
 
+from chexretrieve.accounts.commands import users_app  # noqa: E402
+
+app.add_typer(users_app, name="users")
+
 
 def main() -> None:
     app()

@@ -297,4 +297,28 @@ class PacsInstance(Base):
     updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
 
 
+#: roles of a user account, least to most privileged (chexretrieve.accounts.roles says what each
+#: may do)
+ROLES = ("radiologist", "curator", "admin")
+
+
+class UserAccount(Base):
+    """A person who may sign in to `chexretrieve serve` (see chexretrieve.accounts)."""
+
+    __tablename__ = "users"
+    __table_args__ = (
+        CheckConstraint("role IN ('radiologist', 'curator', 'admin')", name="role"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)  # the login name, as typed
+    role: Mapped[str] = mapped_column(String(16))
+    # argon2id hash in the PHC string format ($argon2id$v=19$m=...,t=...,p=...$salt$hash); NULL
+    # for an account that signs in only through the trusted-header (SSO) mode
+    password_hash: Mapped[str | None] = mapped_column(String(255))
+    disabled: Mapped[int] = mapped_column(Integer, default=0)  # 1 = may no longer sign in
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
+
+
 metadata = Base.metadata

@@ -8,10 +8,12 @@ in the Gradio-free :mod:`chexretrieve.ui.handlers`, :mod:`chexretrieve.ui.curati
 
 from __future__ import annotations
 
+import logging
 import os
 
 import gradio as gr
 
+from chexretrieve.ui.access import AccessControl, AccessGuard
 from chexretrieve.ui.config import UIConfig
 from chexretrieve.ui.curation import CurationDesk
 from chexretrieve.ui.curation_tab import build_curation_tab
@@ -20,6 +22,8 @@ from chexretrieve.ui.handlers import CaseLookup
 from chexretrieve.ui.lookup_tab import build_lookup_tab
 from chexretrieve.ui.radiology_reports import ReportTexts
 from chexretrieve.ui.theme import CSS, local_theme
+
+log = logging.getLogger("chexretrieve.ui")
 
 
 def build_app(
@@ -45,6 +49,7 @@ def build_app(
             "ingested, images and labels are simulated. Shown per case: view, sex, age, study "
             "date, never names or patient IDs.</div>"
         )
+    app.case_lookup_access = lookup.access  # launch_app installs its sign-in and route guard
     return app
 
 
@@ -59,6 +64,7 @@ def open_case_lookup(config: UIConfig) -> tuple[CaseLookup, CurationDesk]:
         AppConfig(config.db_url, config.encoder, anchors_dir=config.anchors_dir, search=search)
     )
     service, store, audit = root.service, root.store, root.audit
+    access = open_access(config, store)
     lookup = CaseLookup(
         service,
         store,
@@ -69,29 +75,80 @@ def open_case_lookup(config: UIConfig) -> tuple[CaseLookup, CurationDesk]:
         thumbnail_dir=config.feature_cache_dir / "thumbnails" if config.feature_cache_dir else None,
         audit=audit,
         report_texts=ReportTexts(config.reports_csv, store.report_for_image),
+        access=access,
     )
     curation = CurationDesk(config.anchors_dir, store, root.encoder, lambda: service.gallery)
     return lookup, curation
 
 
+def open_access(config: UIConfig, store) -> AccessControl:  # noqa: ANN001
+    """The sign-in of ``config`` over the store's accounts (ValueError: none to sign in with)."""
+    if config.sign_in == "none":
+        return AccessControl()
+    from chexretrieve.accounts.book import AccountBook
+
+    book = AccountBook(store, config.access)
+    usable = [r for r in book.list() if not r.disabled]
+    if config.sign_in == "accounts":
+        usable = [r for r in usable if r.password_hash]
+    if not usable:
+        raise ValueError(
+            f"no enabled account {'with a password ' if config.sign_in == 'accounts' else ''}"
+            f"in {store.label}: add one with `chexretrieve users add NAME --role admin` first"
+        )
+    return AccessControl(config.sign_in, book, config.access)
+
+
+def check_sign_in(config: UIConfig) -> None:
+    """ValueError before anything is loaded when the sign-in of ``config`` has no account."""
+    if config.sign_in == "none":
+        return
+    from chexretrieve.app.stores import resolve_read_store
+    from chexretrieve.store import open_store
+
+    store = open_store(resolve_read_store(config.db_url))
+    try:
+        open_access(config, store)
+    finally:
+        store.close()
+
+
 def launch_app(app: gr.Blocks, config: UIConfig, block: bool = True):
     """Launch with the safe settings: no share link, upload cap, no extra file paths, no
-    FastAPI schema, uploads never served back, a bounded event queue (busy answer beyond it)."""
+    FastAPI schema, only the page's own routes (AccessGuard), uploads never served back, the
+    sign-in of ``config.sign_in``, a bounded event queue (busy answer beyond it)."""
     from starlette.middleware import Middleware
 
     from chexretrieve.ui.web_guard import UploadsStayPrivate
 
+    access = getattr(app, "case_lookup_access", None) or AccessControl()
+    if access.mode != config.sign_in:
+        raise ValueError(
+            f"the app was built for sign-in {access.mode!r} but the settings say {config.sign_in!r}"
+        )
+    warning = config.plain_http_warning
+    if warning:
+        log.warning(warning)
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     app.queue(max_size=config.queue_size)
     return app.launch(
         app_kwargs={
             "openapi_url": None,  # FastAPI's /openapi.json is served without the login
-            "middleware": [Middleware(UploadsStayPrivate, blocks=app)],
+            "middleware": [
+                Middleware(AccessGuard, blocks=app, access=access),
+                Middleware(UploadsStayPrivate, blocks=app),
+            ],
         },
         server_name=config.host,
         server_port=config.port,
         share=False,
-        auth=config.auth,
+        auth=access.gradio_auth(),
+        auth_dependency=access.auth_dependency(),
+        ssl_certfile=str(config.ssl_certfile) if config.ssl_certfile else None,
+        ssl_keyfile=str(config.ssl_keyfile) if config.ssl_keyfile else None,
+        # only Gradio's probe of its own local URL at launch: a hospital CA's certificate is often
+        # not in the system's trust store (clients verify the certificate as usual)
+        ssl_verify=False,
         auth_message="chexretrieve case lookup: sign in",
         max_file_size=f"{config.max_upload_mb}mb",
         allowed_paths=None,

@@ -22,6 +22,7 @@ from chexretrieve.findings import canonical_finding
 from chexretrieve.geometry import geometry_name
 from chexretrieve.search.gallery import SearchFilters
 from chexretrieve.search.service import SearchRequest, SearchResult
+from chexretrieve.ui.access import AccessControl
 from chexretrieve.ui.case_picker import (
     PickerPage,
     case_label,
@@ -176,6 +177,7 @@ class CaseLookup(ArchiveThumbnails):
         thumbnail_dir: Path | None = None,
         audit=None,
         report_texts: ReportTexts | None = None,
+        access: AccessControl | None = None,
     ):
         super().__init__(thumbnail_px, read_config, thumbnail_cache, read_threads, thumbnail_dir)
         self.service = service
@@ -183,6 +185,8 @@ class CaseLookup(ArchiveThumbnails):
         # (searches are recorded by the search service itself)
         self.audit = audit
         self.store = store
+        # who may do what (chexretrieve.ui.access): handlers call access.require(request, action)
+        self.access = access or AccessControl()
         self.anchors_dir = anchors_dir
         self.reports_dir = Path(reports_dir)
         self.case_page_size = case_page_size

@@ -190,6 +190,19 @@ def _launch(world, **overrides):
     from chexretrieve.ui.app import build_app, launch_app, open_case_lookup
     from chexretrieve.ui.config import UIConfig
 
+    users = overrides.pop("users", ())  # (name, role, password): accounts to sign in with
+    if users:
+        from chexretrieve.accounts.book import AccountBook
+        from chexretrieve.store import open_store
+
+        store = open_store(world["db_url"])
+        book = AccountBook(store)
+        known = {r.name for r in book.list()}
+        for name, role, password in users:
+            if name not in known:
+                book.add(name, role, password)
+        store.close()
+        overrides.setdefault("sign_in", "accounts")
     config = UIConfig(
         db_url=world["db_url"],
         encoder="stand-in",
@@ -895,7 +908,9 @@ def test_only_rendered_images_are_served(server, world):
 
 
 def test_login_is_required_when_auth_is_on(world, browser):
-    app, url = _launch(world, auth=("clinician", "s3cret-pass"), max_upload_mb=1)
+    app, url = _launch(
+        world, users=[("clinician", "radiologist", "s3cret-pass-long")], max_upload_mb=1
+    )
     try:
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(url + "config", timeout=30)
@@ -906,7 +921,7 @@ def test_login_is_required_when_auth_is_on(world, browser):
         page.goto(url)
         page.wait_for_selector("input[type=password]")
         assert page.locator("#case-id").count() == 0
-        for password in ("wrong", "s3cret-pass"):
+        for password in ("wrong", "s3cret-pass-long"):
             page.fill("input[type=text]", "clinician")
             page.fill("input[type=password]", password)
             page.click("button:has-text('Login')")
