@@ -27,7 +27,7 @@ RUN useradd --create-home --uid 10001 chex && mkdir -p /data && chown chex /data
 
 WORKDIR /opt/chexretrieve
 RUN pip install torch==2.13.0 ${TORCH_INDEX:+--index-url "$TORCH_INDEX"} \
-    && python -c "import torch; assert not torch.version.cuda, 'a CUDA build of torch: set TORCH_INDEX to a CPU index'"
+    && python -c "exit('a CUDA build of torch: set TORCH_INDEX' if __import__('torch').version.cuda else 0)"
 
 # the dependencies first, from pyproject.toml alone (an empty package stands in for the code), so
 # that a change to the code rebuilds only the last, quick layers

@@ -1,4 +1,3 @@
-# syntax=docker/dockerfile:1
 # chexretrieve with CUDA: the same image as cpu.Dockerfile, with a CUDA build of torch so that
 # encoders run on the GPU (`--device cuda`). Needs the NVIDIA container toolkit on the host:
 #   docker build -f docker/cuda.Dockerfile -t chexretrieve:cuda .

@@ -48,9 +48,7 @@ def build_app(
     return app
 
 
-def open_case_lookup(
-    config: UIConfig, store=None, encoder=None
-) -> tuple[CaseLookup, CurationDesk]:
+def open_case_lookup(config: UIConfig, store=None, encoder=None) -> tuple[CaseLookup, CurationDesk]:
     """Open the store and encoder named by ``config`` (or use the open ``store`` / loaded
     ``encoder`` given) and build the handlers (searches and studies viewed are recorded in the
     audit trail, see chexretrieve.audit). ArchiveEmptyError when the store holds no cases yet."""
@@ -126,8 +124,10 @@ def serve_app(config: UIConfig) -> None:
     except ArchiveEmptyError as empty:
         from chexretrieve.ui.waiting import wait_for_cases
 
-        def build() -> gr.Blocks:
-            return build_app(*open_case_lookup(config, empty.store, empty.encoder), config)
+        store, encoder = empty.store, empty.encoder
 
-        app = wait_for_cases(config, empty.store, empty.encoder, build)
+        def build() -> gr.Blocks:
+            return build_app(*open_case_lookup(config, store, encoder), config)
+
+        app = wait_for_cases(config, store, encoder, build)
     launch_app(app, config, block=True)

@@ -18,7 +18,6 @@ from collections.abc import Callable
 import gradio as gr
 
 from chexretrieve.ui.config import UIConfig
-from chexretrieve.ui.theme import CSS
 
 #: seconds between two reloads of the waiting page in the browser
 PAGE_RELOAD_S = 5
@@ -47,7 +46,8 @@ def build_waiting_page(message: str) -> gr.Blocks:
 
 
 def _reload_script(seconds: int) -> str:
-    return f"<script>setTimeout(function () {{ location.reload(); }}, {int(seconds) * 1000});</script>"
+    milliseconds = int(seconds) * 1000
+    return f"<script>setTimeout(function () {{ location.reload(); }}, {milliseconds});</script>"
 
 
 def wait_for_cases(
