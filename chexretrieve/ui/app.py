@@ -129,5 +129,5 @@ def serve_app(config: UIConfig) -> None:
         def build() -> gr.Blocks:
             return build_app(*open_case_lookup(config, store, encoder), config)
 
-        app = wait_for_cases(config, store, encoder, build)
+        app = wait_for_cases(config, store, encoder, build, launch_app)
     launch_app(app, config, block=True)

@@ -55,20 +55,23 @@ def wait_for_cases(
     store,  # noqa: ANN001 - chexretrieve.store.Store
     encoder,  # noqa: ANN001 - chexretrieve.encoders.Encoder
     build: Callable[[], gr.Blocks],
+    launch: Callable[..., object],
     *,
     poll_s: float = 2.0,
     stop: threading.Event | None = None,
 ) -> gr.Blocks | None:
     """Serve the waiting page until ``store`` holds embeddings of ``encoder``; then call
     ``build()`` (the case-lookup app), stop the page and return the built app for the caller to
-    launch on the freed port. None when ``stop`` is set first (tests)."""
+    launch on the freed port. None when ``stop`` is set first (tests).
+
+    ``launch(page, config, block=False, head=...)`` serves the page
+    (chexretrieve.ui.app.launch_app, passed in to keep the modules free of an import cycle)."""
     from chexretrieve.app import archive_has_embeddings
-    from chexretrieve.ui.app import launch_app
 
     message = waiting_message(store.label, encoder.encoder_id, config.encoder)
     print(f"waiting for cases: {message}", file=sys.stderr, flush=True)
     page = build_waiting_page(message)
-    launch_app(page, config, block=False, head=_reload_script(PAGE_RELOAD_S))
+    launch(page, config, block=False, head=_reload_script(PAGE_RELOAD_S))
     try:
         while not archive_has_embeddings(store, encoder.encoder_id):
             if stop is not None and stop.wait(poll_s):

@@ -137,7 +137,7 @@ def test_serve_on_an_empty_store_says_to_ingest_then_serves_the_new_cases(tmp_pa
 
 def test_the_app_built_after_the_wait_searches_the_ingested_cases(tmp_path, monkeypatch):
     from chexretrieve.app import ArchiveEmptyError
-    from chexretrieve.ui.app import build_app, open_case_lookup
+    from chexretrieve.ui.app import build_app, launch_app, open_case_lookup
     from chexretrieve.ui.config import UIConfig
     from chexretrieve.ui.handlers import SearchSettings
     from chexretrieve.ui.waiting import wait_for_cases
@@ -161,8 +161,8 @@ def test_the_app_built_after_the_wait_searches_the_ingested_cases(tmp_path, monk
     result: dict = {}
     waiter = threading.Thread(
         target=lambda: result.update(
-            app=wait_for_cases(config, empty.value.store, empty.value.encoder, build, poll_s=0.2,
-                               stop=stop)
+            app=wait_for_cases(config, empty.value.store, empty.value.encoder, build, launch_app,
+                               poll_s=0.2, stop=stop)
         )
     )  # fmt: skip
     waiter.start()
