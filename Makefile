@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.chexretrieve-installed
 
-.PHONY: setup demo test lint format adversarial
+.PHONY: setup demo test lint format adversarial containers-test
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -41,3 +41,10 @@ adversarial: setup
 format: setup
 	$(PY) -m ruff format chexretrieve tests benchmarks
 	$(PY) -m ruff check --fix chexretrieve tests benchmarks
+
+# every image of docker/ built and the compose stack run end to end as a user would (STOW-RS to
+# Orthanc, ingest, search in the app container, the UI in Chromium), then torn down; prints the
+# time of every step (docs/deployment.md). Needs root, podman (or docker) and chromium; without a
+# registry it builds the base images from Debian packages with debootstrap.
+containers-test: setup
+	$(PY) docker/containers_test.py $(CONTAINERS_TEST_ARGS)

@@ -223,7 +223,9 @@ def pip_volumes(work: Path) -> list[str]:
     paths = set()
     for value in settings.values():
         for word in str(value).split():
-            path = word.removeprefix("file://")
+            path = word.removeprefix("file://").rstrip("/")
+            if Path(path).name == "simple":  # an index's pages link to files beside it
+                path = str(Path(path).parent)
             if path.startswith("/") and Path(path).exists():
                 paths.add(path.rstrip("/") if Path(path).is_dir() else path)
     folders = sorted(p for p in paths if Path(p).is_dir())
@@ -372,6 +374,24 @@ def browse(url: str, password: str, shot: Path, expect: str, refuse: str | None)
     return text
 
 
+AUDIT_CHECK = (
+    "import json, os; from chexretrieve.audit import verify_audit_file; "
+    "p = os.environ['CHEXRETRIEVE_AUDIT_LOG']; "
+    "print(json.dumps({'problems': verify_audit_file(p), "
+    "'actions': [json.loads(l)['action'] for l in open(p)]}))"
+)
+
+
+def audit_in_app(stack: Stack) -> dict:
+    """The app container's audit file (on the appdata volume): intact, and what it recorded."""
+    container = stack.containers()["app"]
+    out = stack.run.output([stack.engine, "exec", container, "python", "-c", AUDIT_CHECK])
+    audit = json.loads(out)
+    if audit["problems"] or "search" not in audit["actions"]:
+        raise StepFailed(f"the audit file in the app container: {audit}")
+    return audit
+
+
 def search_in_app(stack: Stack) -> dict:
     container = stack.containers()["app"]
     out = stack.run.output([stack.engine, "exec", container, "chexretrieve", "search",
@@ -489,6 +509,8 @@ def main(argv: list[str] | None = None) -> int:
             result = search_in_app(stack)
             print(f"   {len(result['hits'])} hits for {FINDING} (case 1), top score "
                   f"{result['hits'][0]['score']:.3f}", flush=True)  # fmt: skip
+            audit = audit_in_app(stack)
+            print(f"   audit file intact, {len(audit['actions'])} records", flush=True)
         with run.step("UI after ingest (Chromium)"):
             text = browse(ui, secrets_env["CHEXRETRIEVE_UI_PASSWORD"],
                           ARTIFACTS / "ui-after-ingest.png", "Phantom world",
