@@ -203,9 +203,11 @@ def debootstrap_base(run: Run, engine: str) -> None:
 
 
 # ------------------------------------------------------------------- pip settings for builds
-def pip_volumes(work: Path) -> list[str]:
+def pip_volumes(work: Path, without: tuple[str, ...] = ()) -> list[str]:
     """`-v` arguments that hand the host's pip configuration to a podman build, read-only: the
-    merged settings as /etc/pip.conf, every file and folder they name, and the CA bundle."""
+    merged settings as /etc/pip.conf, every file and folder they name, and the CA bundle.
+    ``without``: settings left out (the CUDA build drops find-links, where a local CPU torch
+    wheel would win over the index's CUDA build)."""
     listed = subprocess.run(
         [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True
     ).stdout
@@ -215,10 +217,12 @@ def pip_volumes(work: Path) -> list[str]:
         if not value:
             continue
         settings[key.rpartition(".")[2]] = ast.literal_eval(value)
+    for name in without:
+        settings.pop(name, None)
     bundle = os.environ.get("PIP_CERT") or os.environ.get("SSL_CERT_FILE")
     if bundle and "cert" not in settings:
         settings["cert"] = bundle
-    conf = work / "pip.conf"
+    conf = work / ("pip.conf" if not without else f"pip-without-{'-'.join(without)}.conf")
     conf.write_text("[global]\n" + "".join(f"{k} = {v}\n" for k, v in settings.items()))
     paths = set()
     for value in settings.values():
@@ -349,8 +353,11 @@ def stow(url: str, user: str, password: str, files: list[Path]) -> int:
     return len(listed)
 
 
-def browse(url: str, password: str, shot: Path, expect: str, refuse: str | None) -> str:
-    """Log in to the UI in headless Chromium, wait for ``expect`` on the page, screenshot it."""
+def browse(
+    url: str, password: str, shot: Path, expect: str, refuse: str | None, case: int | None = None
+) -> str:
+    """Log in to the UI in headless Chromium, wait for ``expect`` on the page, open archived case
+    ``case`` when given (the UI then ranks its similar cases), screenshot it; the page's text."""
     from playwright.sync_api import sync_playwright
 
     args = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -365,6 +372,13 @@ def browse(url: str, password: str, shot: Path, expect: str, refuse: str | None)
             page.locator("input[type=password]").fill(password)
             page.locator("input[type=password]").press("Enter")
             page.get_by_text(expect, exact=False).first.wait_for(timeout=120_000)
+            if case is not None:
+                page.fill("#case-id textarea, #case-id input", str(case))
+                page.click("#load-case")
+                page.wait_for_selector("#results .cx-card", timeout=300_000)
+                ranked = page.inner_text("#results")
+                if "candidate cases" not in ranked:
+                    raise StepFailed(f"the UI's ranking for case {case} reads: {ranked[:300]!r}")
             text = page.inner_text("body")
             page.screenshot(path=str(shot), full_page=False)
         finally:
@@ -473,7 +487,9 @@ def main(argv: list[str] | None = None) -> int:
                       {"BASE_IMAGE": DEBIAN}, volumes)  # fmt: skip
         if options.cuda:
             with run.step("build cuda image"):
-                build(run, engine, "cuda", "cuda.Dockerfile", REPO, {}, volumes)
+                cuda_args = {} if registry else {"CUDA_IMAGE": DEBIAN, "TORCH_INDEX": ""}
+                cuda_volumes = pip_volumes(work, ("find-links",)) if engine == "podman" else []
+                build(run, engine, "cuda", "cuda.Dockerfile", REPO, cuda_args, cuda_volumes)
 
         ui_port, orthanc_port = free_port(), free_port()
         secrets_env = {
@@ -511,12 +527,12 @@ def main(argv: list[str] | None = None) -> int:
                   f"{result['hits'][0]['score']:.3f}", flush=True)  # fmt: skip
             audit = audit_in_app(stack)
             print(f"   audit file intact, {len(audit['actions'])} records", flush=True)
-        with run.step("UI after ingest (Chromium)"):
+        with run.step("UI after ingest: open case 2, its ranking (Chromium)"):
             text = browse(ui, secrets_env["CHEXRETRIEVE_UI_PASSWORD"],
                           ARTIFACTS / "ui-after-ingest.png", "Phantom world",
-                          "holds no cases")  # fmt: skip
-            if "case lookup" not in text:
-                raise StepFailed("the UI page lacks its title after ingest")
+                          "holds no cases", case=2)  # fmt: skip
+            if f"Browse the archive ({N_STUDIES} cases)" not in text:
+                raise StepFailed(f"the UI does not offer the {N_STUDIES} ingested cases")
     except StepFailed as exc:
         failed = str(exc)
     finally:
