@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.chexretrieve-installed
 
-.PHONY: setup demo test lint format adversarial docs
+.PHONY: setup demo test lint format adversarial docs containers-test
 
 $(STAMP): pyproject.toml Makefile
 	@echo "setup 1/4: virtual environment $(VENV) and a current pip (a few seconds)"
@@ -51,3 +51,10 @@ docs: setup
 format: setup
 	$(PY) -m ruff format chexretrieve tests benchmarks
 	$(PY) -m ruff check --fix chexretrieve tests benchmarks
+
+# every image of docker/ built and the compose stack run end to end as a user would (STOW-RS to
+# Orthanc, ingest, search in the app container, the UI in Chromium), then torn down; prints the
+# time of every step (docs/deployment.md). Needs root, podman (or docker) and chromium; without a
+# registry it builds the base images from Debian packages with debootstrap.
+containers-test: setup
+	$(PY) docker/containers_test.py $(CONTAINERS_TEST_ARGS)
