@@ -39,6 +39,7 @@ def build_app(
             search = build_lookup_tab(app, lookup, config)
             build_curation_tab(app, curation, lookup, search)
             build_evaluation_tab(app, lookup)
+        app.case_lookup_handlers = lookup  # launch_app wires the OHIF viewer's links to it
 
         gr.HTML(
             "<div class='cx-notice'>Phantom world: unless an archive of real studies was "
@@ -79,14 +80,20 @@ def launch_app(app: gr.Blocks, config: UIConfig, block: bool = True):
     FastAPI schema, uploads never served back, a bounded event queue (busy answer beyond it)."""
     from starlette.middleware import Middleware
 
+    from chexretrieve.ui.viewer_links import viewer_middleware
     from chexretrieve.ui.web_guard import UploadsStayPrivate
 
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     app.queue(max_size=config.queue_size)
+    middleware = [Middleware(UploadsStayPrivate, blocks=app)]
+    lookup = getattr(app, "case_lookup_handlers", None)
+    viewer = viewer_middleware(app, lookup, config) if lookup is not None else None
+    if viewer is not None:  # the OHIF viewer and its DICOMweb endpoint (/viewer, /dicomweb)
+        middleware.insert(0, viewer)
     return app.launch(
         app_kwargs={
             "openapi_url": None,  # FastAPI's /openapi.json is served without the login
-            "middleware": [Middleware(UploadsStayPrivate, blocks=app)],
+            "middleware": middleware,
         },
         server_name=config.host,
         server_port=config.port,

@@ -45,6 +45,10 @@ td.cx-num {font-variant-numeric: tabular-nums}
   padding: 0.3rem; border: 2px solid var(--border-color-primary); border-radius: 6px;
   background: var(--background-fill-primary); cursor: pointer; text-align: left;
   font: inherit; color: inherit; min-width: 0}
+.cx-card-cell {display: flex; flex-direction: column; gap: 0.15rem; min-width: 0}
+.cx-card-cell > .cx-card {flex: 1}
+a.cx-ohif {font-size: 0.78rem; color: var(--color-accent); text-decoration: underline;
+  white-space: nowrap}
 .cx-card img {width: 100%; aspect-ratio: 1 / 1; object-fit: contain; background: #000;
   border-radius: 3px; display: block}
 .cx-card-text {font-size: 0.78rem; line-height: 1.25rem; white-space: normal;
