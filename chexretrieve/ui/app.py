@@ -43,6 +43,7 @@ def build_app(
             search = build_lookup_tab(app, lookup, config)
             build_curation_tab(app, curation, lookup, search)
             build_evaluation_tab(app, lookup)
+        app.case_lookup_handlers = lookup  # launch_app wires the OHIF viewer's links to it
 
         gr.HTML(
             "<div class='cx-notice'>Phantom world: unless an archive of real studies was "
@@ -123,6 +124,7 @@ def launch_app(app: gr.Blocks, config: UIConfig, block: bool = True, head: str |
     ``head``: extra HTML for the page's head (the waiting page's reload script)."""
     from starlette.middleware import Middleware
 
+    from chexretrieve.ui.viewer_links import viewer_middleware
     from chexretrieve.ui.web_guard import UploadsStayPrivate
 
     access = getattr(app, "case_lookup_access", None) or AccessControl()
@@ -135,13 +137,20 @@ def launch_app(app: gr.Blocks, config: UIConfig, block: bool = True, head: str |
         log.warning(warning)
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     app.queue(max_size=config.queue_size)
+    # outermost first: the route guard and sign-in, then the viewer gate (only signed-in
+    # requests reach /viewer and /dicomweb), then the upload privacy guard
+    middleware = [
+        Middleware(AccessGuard, blocks=app, access=access),
+        Middleware(UploadsStayPrivate, blocks=app),
+    ]
+    lookup = getattr(app, "case_lookup_handlers", None)
+    viewer = viewer_middleware(app, lookup, config, access) if lookup is not None else None
+    if viewer is not None:  # the OHIF viewer and its DICOMweb endpoint (/viewer, /dicomweb)
+        middleware.insert(1, viewer)
     return app.launch(
         app_kwargs={
             "openapi_url": None,  # FastAPI's /openapi.json is served without the login
-            "middleware": [
-                Middleware(AccessGuard, blocks=app, access=access),
-                Middleware(UploadsStayPrivate, blocks=app),
-            ],
+            "middleware": middleware,
         },
         server_name=config.host,
         server_port=config.port,

@@ -194,6 +194,9 @@ class CaseLookup(ArchiveThumbnails):
             stored=getattr(store, "report_for_image", None)
         )
         self._serials = itertools.count(1)  # numbers the results pages this server sends
+        # (user, query study uid, [(image id, study uid)]) -> {image id: "Open in viewer" link};
+        # set by launch_app when the OHIF viewer is installed (chexretrieve.ui.viewer_links)
+        self.viewer_links = None
 
     # ---------------------------------------------------------------------------- archive
     @property
@@ -503,8 +506,14 @@ class CaseLookup(ArchiveThumbnails):
             f"query: {query.name}"
         )
         legend = similarity_legend(name.display, result.candidates, shown_baseline)
+        links = None
+        if self.viewer_links is not None:
+            query_study = self._metadata(query.case_id).get("study_uid") if (
+                query.case_id is not None) else None  # fmt: skip
+            links = self.viewer_links(user, query_study, [
+                (h.image_id, h.metadata.get("study_uid")) for h in result.hits])  # fmt: skip
         html = results_html(list(rows), title, finding, legend, selected, relevant, not_relevant,
-                            shown_baseline, next(self._serials))  # fmt: skip
+                            shown_baseline, next(self._serials), links)  # fmt: skip
         html = density_banner_html(result.density) + html  # OOD warning / typicality line
         step(1.0, "Done")
         return ResultsPage(result, rows, title, legend, html, shown_baseline)

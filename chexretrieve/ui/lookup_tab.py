@@ -239,7 +239,7 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
 
     def load_upload(path, fnd):
         def act():
-            query = lookup.load_upload(path, viewer_px=config.viewer_px)
+            query = lookup.load_upload(path, viewer_px=None)  # full size: zoom shows it 1:1
             return (*new_query(query, fnd=fnd), None)
 
         return attempt(act, lambda t: (*new_query(None, t), None))
