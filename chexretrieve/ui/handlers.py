@@ -142,16 +142,24 @@ def parse_filters(
         except ValueError:
             raise ValueError(f"{name} must be a date like 2024-03-31, not {value!r}") from None
 
-    def number(value, open_end: float) -> float | None:
-        if value is None or value == "" or float(value) == open_end:
+    def number(value, open_end: float, name: str) -> float | None:
+        if value is None or value == "":
             return None
-        return float(value)
+        try:
+            years = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{name} must be a number of years, not {value!r}") from None
+        if not AGE_ANY[0] <= years <= AGE_ANY[1]:
+            raise ValueError(
+                f"{name} must be between {AGE_ANY[0]} and {AGE_ANY[1]} years, not {years:g}"
+            )
+        return None if years == open_end else years
 
     return SearchFilters(
         views=tuple(views or ()),
         sex=None if not sex or sex == "any" else sex,
-        age_min=number(age_min, AGE_ANY[0]),
-        age_max=number(age_max, AGE_ANY[1]),
+        age_min=number(age_min, AGE_ANY[0], "'age from'"),
+        age_max=number(age_max, AGE_ANY[1], "'age to'"),
         date_from=date(date_from, "'date from'"),
         date_to=date(date_to, "'date to'"),
         label_known=bool(label_known),
