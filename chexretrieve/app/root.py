@@ -63,5 +63,6 @@ def open_search_app(
         encoder=encoder,
         config=config.search,
         audit=audit,
+        thumbnails=store.read_thumbnails,
     )
     return SearchApp(config, store, encoder, anchors, audit, service)

@@ -20,6 +20,7 @@ import numpy as np
 
 from chexretrieve.findings import canonical_finding
 from chexretrieve.geometry import geometry_name
+from chexretrieve.search.duplicates import content_signature
 from chexretrieve.search.gallery import SearchFilters
 from chexretrieve.search.service import SearchRequest, SearchResult
 from chexretrieve.ui.case_picker import (
@@ -83,6 +84,8 @@ class QueryImage:
     # same pixels are never results (the query's own study)
     study_uid: str | None = None
     pixel_sha256: str | None = None
+    # an upload's content signature: archived copies of it (PNG, JPEG, resized) are never results
+    signature: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -392,6 +395,7 @@ class CaseLookup(ArchiveThumbnails):
             values=values,
             study_uid=m.study_uid if m.source_format == "dicom" else None,
             pixel_sha256=radiograph.pixel_sha256,
+            signature=content_signature(radiograph.pixels),
         )
 
     @staticmethod
@@ -441,6 +445,7 @@ class CaseLookup(ArchiveThumbnails):
             not_relevant=tuple(int(i) for i in not_relevant),
             query_study_uid=query.study_uid if query.source == "upload" else None,
             query_pixel_sha256=query.pixel_sha256 if query.source == "upload" else None,
+            query_signature=query.signature if query.source == "upload" else None,
         )
 
     def search(

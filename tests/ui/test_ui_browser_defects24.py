@@ -94,3 +94,24 @@ def test_defect_7_an_out_of_range_age_is_a_message_and_the_results_stay(page):
     assert _result_ids(page) == ids
     page.click("#filters button.label-wrap")
     assert page.input_value(CASE_ID) == "5"
+
+
+def test_defect_2_a_png_or_jpeg_of_an_archived_case_never_returns_it(page, world, served):
+    from PIL import Image
+
+    from chexretrieve.dicom import read_radiograph, render_for_display
+
+    source = served["lookup"].gallery.metadata.loc[12, "source_path"]
+    shown = Image.fromarray(render_for_display(read_radiograph(source)))
+    for name, image, options in (
+        ("case12.png", shown, {}),
+        ("case12.jpg", shown, {"quality": 75}),
+        ("case12-96.png", shown.resize((96, 96), Image.Resampling.LANCZOS), {}),
+    ):
+        path = world["root"] / name
+        image.save(path, **options)
+        before = _results_html(page)
+        page.set_input_files("#upload input[type=file]", str(path))
+        _wait_results_change(page, before)
+        ids = _result_ids(page)
+        assert len(ids) == 12 and 12 not in ids, name
