@@ -93,6 +93,8 @@ class SearchRequest:
     # content signature of an uploaded query (chexretrieve.search.duplicates.content_signature):
     # archived copies of it (re-encoded as PNG / JPEG, resized) are never returned
     query_signature: np.ndarray | None = None
+    # archived images never returned (the case lookup passes the results marked not relevant)
+    exclude_ids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -263,8 +265,9 @@ class SearchService:
         and not copies of its content (``query_signature``, see ``copies_of``)."""
         mask = filter_mask(gallery, request.filters, finding)
         copies = self.copies_of(request, gallery)
-        if copies:
-            mask[[gallery.row_of(i) for i in copies]] = False
+        excluded = [*copies, *(i for i in request.exclude_ids if int(i) in gallery)]
+        if excluded:
+            mask[[gallery.row_of(i) for i in excluded]] = False
         if own_row is not None:
             study = gallery.study_codes[own_row]  # type: ignore[attr-defined]
             if study >= 0:

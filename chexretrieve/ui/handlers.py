@@ -48,6 +48,13 @@ from chexretrieve.ui.upload_errors import upload_message
 #: of unknown age are kept until the user narrows the range)
 AGE_ANY = (0, 120)
 
+#: what marking a result does, said under the feedback buttons
+FEEDBACK_RULE = (
+    "A case marked not relevant leaves the results and cases like it move down; cases like "
+    "those marked relevant move up (the query moves towards the relevant cases and away from "
+    "the not relevant ones)."
+)
+
 #: the anchor-free geometry offered as the optional baseline column
 BASELINE_GEOMETRY = "cosine"
 
@@ -443,6 +450,8 @@ class CaseLookup(ArchiveThumbnails):
             filters=settings.filters,
             relevant=tuple(int(i) for i in relevant),
             not_relevant=tuple(int(i) for i in not_relevant),
+            # a case marked not relevant is no longer a result (FEEDBACK_RULE)
+            exclude_ids=tuple(int(i) for i in not_relevant),
             query_study_uid=query.study_uid if query.source == "upload" else None,
             query_pixel_sha256=query.pixel_sha256 if query.source == "upload" else None,
             query_signature=query.signature if query.source == "upload" else None,
@@ -504,9 +513,11 @@ class CaseLookup(ArchiveThumbnails):
             for i, hit in enumerate(result.hits)
         )
         anchors = f" · anchors {result.anchor_set}" if name.needs_anchors else " · no anchors"
+        text = (settings.text or "").strip()
+        mixed = f" + free text “{text}”" if text else ""
         title = (
             f"{finding} · {name.display}{anchors} · {result.candidates:,} candidate cases · "
-            f"query: {query.name}"
+            f"query: {query.name}{mixed}"
         )
         legend = similarity_legend(name.display, result.candidates, shown_baseline)
         html = results_html(list(rows), title, finding, legend, selected, relevant, not_relevant,
@@ -550,7 +561,10 @@ class CaseLookup(ArchiveThumbnails):
     @staticmethod
     def feedback_text(relevant, not_relevant) -> str:
         if not relevant and not not_relevant:
-            return "No feedback yet: select a result, then mark it relevant or not relevant."
+            return (
+                "No feedback yet: select a result, then mark it relevant or not relevant. "
+                + FEEDBACK_RULE
+            )
         rel = ", ".join(str(i) for i in sorted(relevant)) or "none"
         non = ", ".join(str(i) for i in sorted(not_relevant)) or "none"
-        return f"Relevant: {esc(rel)} · not relevant: {esc(non)} (the ranking is re-ranked)"
+        return f"Relevant: {esc(rel)} · not relevant: {esc(non)}. {FEEDBACK_RULE}"

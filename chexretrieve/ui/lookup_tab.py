@@ -377,7 +377,7 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
 
     def geometry_changed(geom):
         uses_anchors = attempt(lambda: geometry_name(geom).needs_anchors, lambda _: True)
-        info = None if uses_anchors else COSINE_NOTE
+        info = "" if uses_anchors else COSINE_NOTE  # "" clears the note; None would keep it
         return (gr.update(interactive=uses_anchors, info=info),
                 gr.update(interactive=uses_anchors, info=info))  # fmt: skip
 

@@ -115,3 +115,41 @@ def test_defect_2_a_png_or_jpeg_of_an_archived_case_never_returns_it(page, world
         _wait_results_change(page, before)
         ids = _result_ids(page)
         assert len(ids) == 12 and 12 not in ids, name
+
+
+def test_defect_6_cosine_note_goes_away_not_relevant_leaves_and_free_text_is_named(page):
+    from test_ui_browser import _choose, _open_result
+
+    _load_case(page, 5)
+    before = _results_html(page)
+    _choose(page, "#geometry", "Cosine (no anchors)")
+    _wait_results_change(page, before)
+    assert "Cosine ignores the finding" in page.inner_text("#anchor-set")
+    before = _results_html(page)
+    _choose(page, "#geometry", "Softmax")
+    _wait_results_change(page, before)
+    page.wait_for_function("() => !document.querySelector('#anchor-set input').disabled")
+    assert "Cosine ignores" not in page.inner_text("#anchor-set")  # no stale note
+    assert "Cosine ignores" not in page.inner_text("#finding")
+
+    ids = _result_ids(page)
+    marked = _open_result(page, 2)
+    assert marked == ids[1]
+    before = _results_html(page)
+    page.click("#viewer-mark-nonrel")
+    _wait_results_change(page, before)
+    after = _result_ids(page)
+    assert marked not in after and len(after) == len(ids)  # gone, not only moved down
+    assert "leaves the results" in page.inner_text("#feedback")
+    page.keyboard.press("Escape")
+    before = _results_html(page)
+    page.click("#clear-fb")
+    _wait_results_change(page, before)
+    assert _result_ids(page) == ids
+
+    page.fill("#free-text input, #free-text textarea", "small left effusion")
+    before = _results_html(page)
+    page.click("#search")
+    _wait_results_change(page, before)
+    assert "free text “small left effusion”" in page.inner_text("#results .cx-results-title")
+    page.fill("#free-text input, #free-text textarea", "")
