@@ -92,5 +92,6 @@ def open_search_app(
         audit=audit,
         revision=store.archive_revision,
         density=density,
+        thumbnails=store.read_thumbnails,
     )
     return SearchApp(config, store, encoder, anchors, audit, service)

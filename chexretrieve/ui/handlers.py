@@ -20,6 +20,7 @@ import numpy as np
 
 from chexretrieve.findings import canonical_finding
 from chexretrieve.geometry import geometry_name
+from chexretrieve.search.duplicates import content_signature
 from chexretrieve.search.gallery import SearchFilters
 from chexretrieve.search.service import SearchRequest, SearchResult
 from chexretrieve.ui.access import AccessControl
@@ -48,6 +49,13 @@ from chexretrieve.ui.upload_errors import upload_message
 #: the age range the filter widgets start at; a bound left at its end means "no bound" (so cases
 #: of unknown age are kept until the user narrows the range)
 AGE_ANY = (0, 120)
+
+#: what marking a result does, said under the feedback buttons
+FEEDBACK_RULE = (
+    "A case marked not relevant leaves the results and cases like it move down; cases like "
+    "those marked relevant move up (the query moves towards the relevant cases and away from "
+    "the not relevant ones)."
+)
 
 #: the anchor-free geometry offered as the optional baseline column
 BASELINE_GEOMETRY = "cosine"
@@ -85,6 +93,8 @@ class QueryImage:
     # same pixels are never results (the query's own study)
     study_uid: str | None = None
     pixel_sha256: str | None = None
+    # an upload's content signature: archived copies of it (PNG, JPEG, resized) are never results
+    signature: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -144,16 +154,24 @@ def parse_filters(
         except ValueError:
             raise ValueError(f"{name} must be a date like 2024-03-31, not {value!r}") from None
 
-    def number(value, open_end: float) -> float | None:
-        if value is None or value == "" or float(value) == open_end:
+    def number(value, open_end: float, name: str) -> float | None:
+        if value is None or value == "":
             return None
-        return float(value)
+        try:
+            years = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{name} must be a number of years, not {value!r}") from None
+        if not AGE_ANY[0] <= years <= AGE_ANY[1]:
+            raise ValueError(
+                f"{name} must be between {AGE_ANY[0]} and {AGE_ANY[1]} years, not {years:g}"
+            )
+        return None if years == open_end else years
 
     return SearchFilters(
         views=tuple(views or ()),
         sex=None if not sex or sex == "any" else sex,
-        age_min=number(age_min, AGE_ANY[0]),
-        age_max=number(age_max, AGE_ANY[1]),
+        age_min=number(age_min, AGE_ANY[0], "'age from'"),
+        age_max=number(age_max, AGE_ANY[1], "'age to'"),
         date_from=date(date_from, "'date from'"),
         date_to=date(date_to, "'date to'"),
         label_known=bool(label_known),
@@ -394,6 +412,7 @@ class CaseLookup(ArchiveThumbnails):
             values=values,
             study_uid=m.study_uid if m.source_format == "dicom" else None,
             pixel_sha256=radiograph.pixel_sha256,
+            signature=content_signature(radiograph.pixels),
         )
 
     @staticmethod
@@ -441,8 +460,11 @@ class CaseLookup(ArchiveThumbnails):
             filters=settings.filters,
             relevant=tuple(int(i) for i in relevant),
             not_relevant=tuple(int(i) for i in not_relevant),
+            # a case marked not relevant is no longer a result (FEEDBACK_RULE)
+            exclude_ids=tuple(int(i) for i in not_relevant),
             query_study_uid=query.study_uid if query.source == "upload" else None,
             query_pixel_sha256=query.pixel_sha256 if query.source == "upload" else None,
+            query_signature=query.signature if query.source == "upload" else None,
         )
 
     def search(
@@ -501,9 +523,11 @@ class CaseLookup(ArchiveThumbnails):
             for i, hit in enumerate(result.hits)
         )
         anchors = f" · anchors {result.anchor_set}" if name.needs_anchors else " · no anchors"
+        text = (settings.text or "").strip()
+        mixed = f" + free text “{text}”" if text else ""
         title = (
             f"{finding} · {name.display}{anchors} · {result.candidates:,} candidate cases · "
-            f"query: {query.name}"
+            f"query: {query.name}{mixed}"
         )
         legend = similarity_legend(name.display, result.candidates, shown_baseline)
         links = None
@@ -554,7 +578,10 @@ class CaseLookup(ArchiveThumbnails):
     @staticmethod
     def feedback_text(relevant, not_relevant) -> str:
         if not relevant and not not_relevant:
-            return "No feedback yet: select a result, then mark it relevant or not relevant."
+            return (
+                "No feedback yet: select a result, then mark it relevant or not relevant. "
+                + FEEDBACK_RULE
+            )
         rel = ", ".join(str(i) for i in sorted(relevant)) or "none"
         non = ", ".join(str(i) for i in sorted(not_relevant)) or "none"
-        return f"Relevant: {esc(rel)} · not relevant: {esc(non)} (the ranking is re-ranked)"
+        return f"Relevant: {esc(rel)} · not relevant: {esc(non)}. {FEEDBACK_RULE}"

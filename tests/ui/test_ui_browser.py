@@ -595,14 +595,15 @@ def test_defect_2_errors_are_messages_and_every_widget_stays_usable(page, world)
     assert page.locator(BADGES).count() == 0  # no Gradio error badge or toast
     assert page.input_value(CASE_ID) == "99999"  # what was typed stays
 
-    # an empty age range: a message, the typed ages stay, the old results are cleared
+    # an empty age range: a message, the typed ages stay, the old results are kept (issue 24)
     _load_case(page, 5)
+    shown = _result_ids(page)
     page.click("#filters button.label-wrap")
     page.fill("#f-age-min input", "80")
     page.fill("#f-age-max input", "20")
     page.click("#search")
     assert "age range is empty" in _wait_text(page, MESSAGE, "age")
-    assert _result_ids(page) == []
+    assert _result_ids(page) == shown
     assert page.input_value("#f-age-min input") == "80"
     assert page.input_value("#f-age-max input") == "20"
     page.fill("#f-age-min input", "0")
@@ -611,11 +612,12 @@ def test_defect_2_errors_are_messages_and_every_widget_stays_usable(page, world)
 
     # a file that is not an image: the message speaks of the upload; the drop zone is back
     _load_case(page, 6)
+    shown = _result_ids(page)
     page.set_input_files("#upload input[type=file]", str(world["root"] / "notes.dcm"))
     message = _wait_text(page, MESSAGE, "uploaded file")
     assert "'notes.dcm' is not a DICOM, PNG or JPEG image" in message
     assert "archive" not in message and "ingest" not in message
-    assert _result_ids(page) == []
+    assert _result_ids(page) == shown  # the previous query's results stay (issue 24)
     assert page.locator("#upload input[type=file]").count() == 1
     _shot(page, "07-error-upload")
 
