@@ -14,6 +14,8 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# a developer's imported report corpora must not join the posterior prior of the tests
+os.environ["CHEXRETRIEVE_PRIVATE_ANCHORS"] = "/dev/null/no-private-anchors"
 
 REQUIRE_SERVICES = os.environ.get("CHEXRETRIEVE_REQUIRE_SERVICES") == "1"
 
