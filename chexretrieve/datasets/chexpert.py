@@ -24,6 +24,7 @@ from chexretrieve.datasets.tables import find_file, iter_records, read_header, r
 DATASET = "chexpert"
 CSV_SPLITS = (("train.csv", "train"), ("valid.csv", "valid"), ("test.csv", "test"))
 REQUIRED = ("Path",)
+SHIPPED_COLUMNS = ("Path", "Sex", "Age", "Frontal/Lateral", "AP/PA")
 
 
 def chexpert_folder(root: Path) -> Path | None:
@@ -34,6 +35,24 @@ def chexpert_folder(root: Path) -> Path | None:
         if child.is_dir() and any(find_file(child, name) for name, _ in CSV_SPLITS):
             return child
     return None
+
+
+def looks_shipped(folder: Path) -> bool:
+    """Whether the folder's train.csv / valid.csv are CheXpert's own: its columns, and Paths
+    that start with the release folder (``CheXpert-v1.0-small/`` or ``CheXpert-v1.0/``)."""
+    for name, _ in CSV_SPLITS:
+        path = find_file(folder, name)
+        if path is None:
+            continue
+        try:
+            header = read_header(path)
+            if not set(SHIPPED_COLUMNS) <= set(header):
+                return False
+            first = next(iter_records(path), None)
+        except ValueError:
+            return False
+        return first is not None and first[1]["Path"].startswith("CheXpert-v1.0")
+    return False
 
 
 def read_chexpert(root: Path) -> DatasetIndex:
