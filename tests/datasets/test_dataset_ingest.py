@@ -5,6 +5,7 @@ Expected values are written out by hand from the fake files in dataset_fakes.py.
 
 from __future__ import annotations
 
+import gzip
 import math
 
 import pytest
@@ -249,3 +250,25 @@ def test_labels_file_for_the_other_labeller_only_is_refused(tmp_path, test_encod
     result = ingest(str(root), "--db", f"sqlite:///{tmp_path / 's.sqlite'}")
     assert result.exit_code == 2
     assert "asks for mimic-cxr-2.0.0-chexpert.csv[.gz] but only" in result.output
+
+
+def test_mimic_iv_patients_file_gives_sex_and_age(tmp_path, test_encoders):
+    root = write_mimic_jpg(tmp_path / "mimic-cxr-jpg" / "2.0.0")
+    patients = tmp_path / "patients.csv.gz"
+    patients.write_bytes(
+        gzip.compress(
+            b"subject_id,gender,anchor_age,anchor_year,anchor_year_group,dod\n"
+            b"10000032,F,52,2180,2014 - 2016,2180-09-09\n"
+            b"10000764,M,86,2132,2014 - 2016,\n"
+        )
+    )
+    url = f"sqlite:///{tmp_path / 's.sqlite'}"
+    result = ingest(str(root), "--db", url, "--labels", str(patients))
+    assert result.exit_code == 0, result.output
+    frame = by_path(url)
+    d1 = f"files/p10/p10000032/s50414267/{D1}.jpg"
+    d4 = f"files/p10/p10000764/s57375967/{D4}.jpg"
+    d5 = f"files/p10/p10000898/s50771383/{D5}.jpg"
+    assert (frame.loc[d1, "sex"], frame.loc[d1, "age"]) == ("F", 52.0)
+    assert (frame.loc[d4, "sex"], frame.loc[d4, "age"]) == ("M", 86.0)
+    assert frame.loc[d5, "sex"] == "" and math.isnan(frame.loc[d5, "age"])  # not in the file
