@@ -82,10 +82,22 @@ def label_sources(
     return plan
 
 
-def store_reports(store, dataset, report_csvs: list[Path]) -> tuple[Counter, int]:  # noqa: ANN001
-    """Store the data set's report files and the reports CSVs' rows per study; (counts of new /
-    changed / unchanged reports, CSV rows that matched no stored image or study)."""
+def structured_report_files(report) -> list[Path]:  # noqa: ANN001
+    """Files of an ingest run that were set aside as non-image objects (SR among them)."""
+    return [Path(o.path) for o in report.outcomes if o.reason == "non-image-object"]
+
+
+def store_reports(
+    store,
+    dataset,
+    report_csvs: list[Path],
+    sr_files: list[Path] = (),  # noqa: ANN001
+) -> tuple[Counter, int]:
+    """Store the data set's report files, the reports CSVs' rows and the text of DICOM SR files
+    (keyed by StudyInstanceUID) per study; (counts of new / changed / unchanged reports, CSV
+    rows that matched no stored image or study)."""
     from chexretrieve.datasets.reports import read_report_file, read_reports_csv
+    from chexretrieve.dicom.sr_text import read_sr_text
 
     counts: Counter = Counter()
     unmatched = 0
@@ -100,6 +112,10 @@ def store_reports(store, dataset, report_csvs: list[Path]) -> tuple[Counter, int
             pending[study] = (read_report_file(path), str(path))
             if len(pending) >= REPORT_BATCH:
                 flush()
+    for path in sr_files:
+        found = read_sr_text(path)
+        if found is not None:
+            pending[found[0]] = (found[1], str(path))
     rows = [row for path in report_csvs for row in read_reports_csv(path)]
     keys = store.report_keys() if rows else {}
     for row in rows:
