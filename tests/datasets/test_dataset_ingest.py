@@ -272,3 +272,15 @@ def test_mimic_iv_patients_file_gives_sex_and_age(tmp_path, test_encoders):
     assert (frame.loc[d1, "sex"], frame.loc[d1, "age"]) == ("F", 52.0)
     assert (frame.loc[d4, "sex"], frame.loc[d4, "age"]) == ("M", 86.0)
     assert frame.loc[d5, "sex"] == "" and math.isnan(frame.loc[d5, "age"])  # not in the file
+
+
+def test_a_part_of_a_data_set_is_ingested_with_the_root_found_above_it(tmp_path, test_encoders):
+    root = write_mimic_jpg(tmp_path / "mimic-cxr-jpg" / "2.0.0")
+    url = f"sqlite:///{tmp_path / 's.sqlite'}"
+    part = root / "files" / "p10" / "p10000764"
+    result = ingest(str(part), "--db", url)
+    assert result.exit_code == 0, result.output
+    assert f"data set: mimic-cxr-jpg at {root}" in " ".join(result.output.split())
+    frame = by_path(url)
+    assert list(frame.index) == [f"files/p10/p10000764/s57375967/{D4}.jpg"]
+    assert frame.iloc[0]["split"] == "test" and frame.iloc[0]["Edema"] == 1.0
