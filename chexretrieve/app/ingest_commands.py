@@ -106,7 +106,11 @@ def ingest_command(
         "(for stores ingested before thumbnails existed); no PATHS.",
     ),
 ) -> None:
-    """Ingest DICOM / PNG / JPEG files: decode, embed, store; resumable and idempotent."""
+    """Ingest DICOM / PNG / JPEG files: decode, embed, store; resumable and idempotent.
+
+    Public data sets as shipped (CheXpert, MIMIC-CXR-JPG, MIMIC-CXR): give the data set's
+    root; see docs/datasets.md.
+    """
     from rich.console import Console
 
     console = Console(stderr=True)
