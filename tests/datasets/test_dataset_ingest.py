@@ -131,7 +131,7 @@ def test_mimic_cxr_jpg_as_shipped_with_gz_files_and_label_choice(tmp_path, test_
     result = ingest(str(root), "--db", url)
     assert result.exit_code == 0, result.output
     assert "data set: mimic-cxr-jpg" in result.output
-    assert "1 studies have no row in mimic-cxr-2.0.0-chexpert.csv.gz" in result.output
+    assert "1 study has no row in mimic-cxr-2.0.0-chexpert.csv.gz" in result.output
     frame = by_path(url)
     path = {d: f"files/p10/p{s}/s{t}/{d}.jpg" for d, s, t in [
         (D1, "10000032", "50414267"), (D2, "10000032", "50414267"),
