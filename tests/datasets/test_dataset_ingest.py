@@ -20,6 +20,7 @@ from dataset_fakes import (
     write_chexpert,
     write_chexpert_valid_csv,
     write_dicom,
+    write_jpeg,
     write_mimic_dicom,
     write_mimic_jpg,
     write_mimic_label_files,
@@ -93,6 +94,22 @@ def test_chexpert_as_shipped(tmp_path, test_encoders):
     unlisted = [p for p in frame.index if p.endswith("patient00004/study1/view1_frontal.jpg")]
     assert len(unlisted) == 1 and frame.loc[unlisted[0], "split"] == ""
     assert frame.loc[unlisted[0], "view_group"] == "" and frame.loc[unlisted[0], "patient_id"] == ""
+
+
+def test_chexpert_test_labels_file_gives_the_test_split(tmp_path, test_encoders):
+    root = write_chexpert(tmp_path)
+    write_jpeg(root / "test/patient64741/study1/view1_frontal.jpg", 77)
+    (root / "test_labels.csv").write_text(
+        "Path,Atelectasis,Cardiomegaly,Edema,Pleural Effusion\n"
+        "test/patient64741/study1/view1_frontal.jpg,0,1,0,1\n"
+    )
+    url = f"sqlite:///{tmp_path / 's.sqlite'}"
+    assert ingest(str(root), "--db", url).exit_code == 0
+    row = by_path(url).loc["test/patient64741/study1/view1_frontal.jpg"]
+    assert (row["split"], row["patient_id"], row["study_id"]) == (
+        "test", "patient64741", "patient64741/study1",
+    )  # fmt: skip
+    assert (row["Cardiomegaly"], row["Edema"], row["Pleural Effusion"]) == (1.0, 0.0, 1.0)
 
 
 def test_chexpert_valid_csv_added_later_fixes_split_and_labels_idempotently(
