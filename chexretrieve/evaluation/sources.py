@@ -54,8 +54,10 @@ def load_anchor_texts(
     findings: Sequence[str] = FINDINGS,
     max_variants: int | None = None,
 ) -> AnchorTexts:
-    """Newest version of every variant per finding, every broad/... and nuisance/... context."""
+    """Newest version of every variant per finding and nuisance/... context; the broad prior
+    as ``chexretrieve.anchors.broad_prior`` rules (the same one search uses)."""
     from chexretrieve.anchors import find_anchor_sets, latest_variants
+    from chexretrieve.anchors.broad_prior import broad_prior_sets, prior_sentences
 
     found: dict[str, tuple] = {}
     keys: list[str] = []
@@ -66,20 +68,16 @@ def load_anchor_texts(
         found[finding] = tuple((s.variant or s.key, s.sentences) for s in sets)
         keys += [s.key for s in sets]
     contexts = sorted({s.context for s in find_anchor_sets(root) if s.context})
-    broad: list[str] = []
-    broad_keys: list[str] = []
     nuisance: dict[str, tuple[str, ...]] = {}
     for context in contexts:
-        if context.startswith("broad/"):
-            for s in latest_variants(context, root):
-                broad += s.sentences
-                keys.append(s.key)
-                broad_keys.append(s.key)
-        elif context.startswith("nuisance/"):
+        if context.startswith("nuisance/"):
             sets = latest_variants(context, root)
             nuisance[context] = tuple(t for s in sets for t in s.sentences)
             keys += [s.key for s in sets]
-    return AnchorTexts(found, tuple(dict.fromkeys(broad)), nuisance, tuple(keys), tuple(broad_keys))
+    prior = broad_prior_sets(root)
+    keys += [s.key for s in prior]
+    broad_keys = [s.key for s in prior]
+    return AnchorTexts(found, prior_sentences(prior), nuisance, tuple(keys), tuple(broad_keys))
 
 
 # ------------------------------------------------------------------------------------ caching
