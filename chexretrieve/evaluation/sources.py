@@ -351,7 +351,7 @@ def store_source(
     try:
         encoders = [load_encoder(spec, config=encoder_config) for spec in encoder_specs]
         galleries = [store.gallery(e.encoder_id) for e in encoders]
-        labels = store.labels_frame()
+        labels = store.labels_frame(metadata=True)  # patient, study, view, split, path
     finally:
         store.close()
     common = set(galleries[0].image_ids.tolist())
