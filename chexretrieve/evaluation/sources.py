@@ -340,8 +340,11 @@ def store_source(
     *,
     encoder_config=None,
     cache_dir: str | Path | None = None,
+    notes: list[str] | None = None,
 ) -> tuple[LabelledArchive, list[EncodedView]]:
-    """Images embedded by every encoder (intersection), labels and splits from a store."""
+    """Images embedded by every encoder (intersection) that have a label row, with their labels
+    and splits, from a store. An image without any label row (a study missing from the label
+    files) is neither query nor key; how many were left out is appended to ``notes``."""
     from chexretrieve.encoders import load_encoder
     from chexretrieve.store import StoreConfig, open_store
 
@@ -360,12 +363,28 @@ def store_source(
     ids = np.array(sorted(common), dtype=np.int64)
     if len(ids) == 0:
         raise ValueError(f"the store at {url} holds no image embedded by all of {encoder_specs}")
+    labelled = np.isin(ids, labels.index.to_numpy(dtype=np.int64))
+    if not labelled.any():
+        raise ValueError(
+            f"none of the {len(ids)} embedded images in the store at {url} has labels; ingest "
+            "them with their label files (--labels) first"
+        )
+    if notes is not None and not labelled.all():
+        notes.append(
+            f"{int((~labelled).sum())} embedded images have no labels in the store and were "
+            "left out (neither queries nor keys)"
+        )
+    ids = ids[labelled]
     meta = galleries[0].metadata.loc[ids]
     frame = labels.reindex(ids)
     # a store ingested before data-set ingest kept patient, view and path only in the metadata
     for column, source in _STORE_FALLBACKS:
-        if source in meta.columns and (column not in frame or frame[column].isna().all()):
+        if source not in meta.columns:
+            continue
+        if column not in frame:
             frame[column] = meta[source].to_numpy()
+        else:  # fill the gaps only
+            frame[column] = frame[column].where(frame[column].notna(), meta[source].to_numpy())
     frame = frame.reset_index(drop=True)
     splits = meta["split"].fillna("").astype(str).to_numpy()
     if "split" in frame.columns:  # the labels frame's split, where it has one
