@@ -95,6 +95,15 @@ def open_failure(config: StoreConfig, exc: BaseException) -> str:
     )
 
 
+def refuse_unwritable(config: StoreConfig) -> None:
+    """StoreError before a writing command touches a SQLite store it cannot write."""
+    from chexretrieve.store.engine import sqlite_file
+
+    path = sqlite_file(config.url)
+    if path is not None and path.is_file() and (unwritable(path) or unwritable(path.parent)):
+        raise StoreError(open_failure(config, PermissionError("read-only")))
+
+
 def _newer(label: str, found: str, head: str | None) -> StoreError:
     return StoreError(
         f"{label} has schema version {found}, which this chexretrieve (schema {head}) does not "

@@ -73,6 +73,7 @@ from chexretrieve.store.schema_version import (
     is_unknown_revision_error,
     newer_schema_error,
     open_failure,
+    refuse_unwritable,
 )
 
 
@@ -95,6 +96,8 @@ class Store:
         self.config = config
         self.engine = create_store_engine(config)
         try:
+            if not config.read_only:
+                refuse_unwritable(config)  # a writer on an immutable file / read-only mount
             if config.read_only:
                 check_schema(self.engine, config)  # never migrates: says what to run instead
             elif config.migrate_on_open:
