@@ -25,11 +25,21 @@ from ingest_fixtures import write_archive
 
 from chexretrieve.encoders.stand_in import StandInEncoder
 from chexretrieve.ingest import IngestConfig, ingest_paths
-from chexretrieve.store import StoreConfig, open_store
-from chexretrieve.store.schema_version import expected_revision, known_revisions
+from chexretrieve.store import open_store
 
-HEAD = expected_revision(StoreConfig())
-PREVIOUS = known_revisions(StoreConfig())[-2]
+
+def _revisions() -> list[str]:
+    """The checkout's schema revisions, oldest first (read from db/ with Alembic itself)."""
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    config = Config()
+    config.set_main_option("script_location", str(REPO / "db"))
+    scripts = ScriptDirectory.from_config(config)
+    return [r.revision for r in reversed(list(scripts.walk_revisions()))]
+
+
+HEAD, PREVIOUS = _revisions()[-1], _revisions()[-2]
 
 
 @pytest.fixture(scope="module")
