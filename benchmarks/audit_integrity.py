@@ -6,8 +6,8 @@ reading the archive revision before every search.
 
 Printed: audit records per second with fsync on (the default) and off, and their ratio; seconds to
 verify the trail (HMAC, chain, head); the median search latency with and without the revision
-check (the check is one SELECT of one row), and their ratio. Figures depend on the disk (fsync)
-and the machine; nothing here is asserted.
+check (one SELECT of one row; measured interleaved), their ratio, and the query alone. Figures
+depend on the disk (fsync) and the machine; nothing here is asserted.
 """
 
 from __future__ import annotations
@@ -33,7 +33,9 @@ def _append_rate(folder: Path, n: int, fsync: bool) -> float:
     return n / (time.perf_counter() - start)
 
 
-def _search_latency(folder: Path, searches: int, with_check: bool) -> float:
+def _search_latencies(folder: Path, searches: int) -> tuple[float, float, float]:
+    """Median seconds of (a search with the revision check, one without, the revision query
+    alone), measured interleaved so that a busy machine slows all three alike."""
     from ingest_fixtures import write_archive
 
     from chexretrieve.app import AppConfig, open_search_app
@@ -44,29 +46,30 @@ def _search_latency(folder: Path, searches: int, with_check: bool) -> float:
     from chexretrieve.search.service import SearchRequest
     from chexretrieve.store import open_store
 
-    db = folder / "store.sqlite"
-    fresh = not db.exists()
-    store = open_store(f"sqlite:///{db}")
-    if fresh:
-        write_archive(folder / "archive", 60, size=32)
-        ingest_paths([folder / "archive"], store, StandInEncoder(dim=32), IngestConfig(workers=0))
+    store = open_store(f"sqlite:///{folder / 'store.sqlite'}")
+    write_archive(folder / "archive", 60, size=32)
+    ingest_paths([folder / "archive"], store, StandInEncoder(dim=32), IngestConfig(workers=0))
     config = AppConfig(
         store.config.url,
         search=SearchConfig(feature_cache_dir=folder / "features"),
         audit=AuditConfig(enabled=False),
     )
     service = open_search_app(config, store=store, encoder=StandInEncoder(dim=32)).service
-    if not with_check:
-        service._revision = None
+    check = service._revision
     request = SearchRequest(finding="Edema", case_id=int(service.gallery.image_ids[0]), top_k=10)
     service.search(request)  # warm: features computed
-    times = []
+    on, off, query = [], [], []
     for _ in range(searches):
+        for revision, times in ((check, on), (None, off)):
+            service._revision = revision
+            start = time.perf_counter()
+            service.search(request)
+            times.append(time.perf_counter() - start)
         start = time.perf_counter()
-        service.search(request)
-        times.append(time.perf_counter() - start)
+        store.archive_revision()
+        query.append(time.perf_counter() - start)
     store.close()
-    return statistics.median(times)
+    return statistics.median(on), statistics.median(off), statistics.median(query)
 
 
 def main() -> None:
@@ -86,14 +89,14 @@ def main() -> None:
         report = check_audit_file(folder / "trail-True.jsonl", folder / "k.key")
         verify_s = time.perf_counter() - start
         assert report.intact, report.problems
-        checked = _search_latency(folder, args.searches, with_check=True)
-        unchecked = _search_latency(folder, args.searches, with_check=False)
+        checked, unchecked, query = _search_latencies(folder, args.searches)
     print(f"audit records/s, fsync on:  {synced:,.0f}")
     print(f"audit records/s, fsync off: {unsynced:,.0f}  (fsync costs x{unsynced / synced:.2f})")
     print(f"verify {args.records:,} records: {verify_s:.3f} s")
     print(f"median search, revision check on:  {checked * 1000:.2f} ms")
     ratio = checked / unchecked
     print(f"median search, revision check off: {unchecked * 1000:.2f} ms  (ratio {ratio:.3f})")
+    print(f"median revision query alone:       {query * 1000:.3f} ms")
 
 
 if __name__ == "__main__":
