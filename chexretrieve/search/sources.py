@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,8 @@ from chexretrieve.anchors.broad_prior import broad_prior_sets, prior_fingerprint
 from chexretrieve.findings import canonical_finding
 from chexretrieve.search.gallery import Gallery
 from chexretrieve.search.service import AnchorSetRef
+
+logger = logging.getLogger(__name__)
 
 #: the shipped broad clinical-text corpus, first of the prior (chexretrieve.anchors.broad_prior)
 BROAD_PRIOR_CONTEXT = "broad/clinical"
@@ -38,6 +41,20 @@ class StoreAnchorProvider:
         self.encoder = encoder
         self.root = root
         self._memory: dict[tuple[str, str], np.ndarray] = {}
+        self._warned = False
+
+    def _warn_not_stored(self, anchor_set: AnchorSet) -> None:
+        if self._warned:
+            return
+        self._warned = True
+        logger.warning(
+            "anchor embeddings of %s (and maybe other sets) for encoder %s are not in the store "
+            "%s; they are computed in memory for this process, which never writes the store. "
+            "Store them once with `chexretrieve anchors embed --db URL --encoder SPEC`",
+            anchor_set.key,
+            self.encoder.encoder_id,
+            getattr(self.store, "label", "?"),
+        )
 
     def resolve(self, finding: str, key: str | None) -> AnchorSet:
         finding = canonical_finding(finding)
@@ -59,10 +76,15 @@ class StoreAnchorProvider:
         matrix = self.store.get_anchor_embeddings(anchor_set.id, version, stored_key, encoder_id)
         if matrix is None:
             matrix = np.asarray(self.encoder.embed_texts(list(anchor_set.sentences)), np.float32)
-            self.store.register_encoder(
-                encoder_id, self.encoder.embed_dim, self.encoder.inv_temperature
-            )
-            self.store.put_anchor_embeddings(anchor_set.id, version, stored_key, encoder_id, matrix)
+            if getattr(self.store, "read_only", False):
+                self._warn_not_stored(anchor_set)  # a read command never writes the store
+            else:
+                self.store.register_encoder(
+                    encoder_id, self.encoder.embed_dim, self.encoder.inv_temperature
+                )
+                self.store.put_anchor_embeddings(
+                    anchor_set.id, version, stored_key, encoder_id, matrix
+                )
         self._memory[cache_key] = matrix
         return matrix
 

@@ -69,6 +69,13 @@ from chexretrieve.store.schema import (
     Study,
 )
 from chexretrieve.store.schema import Thumbnail as ThumbnailRow
+from chexretrieve.store.schema_version import (
+    check_schema,
+    is_unknown_revision_error,
+    newer_schema_error,
+    open_failure,
+    refuse_unwritable,
+)
 
 
 def open_store(url: str | None = None, config: StoreConfig | None = None) -> Store:
@@ -91,19 +98,30 @@ class Store(DatasetRecords):
         self.config = config
         self.engine = create_store_engine(config)
         try:
-            if config.migrate_on_open:
+            if not config.read_only:
+                refuse_unwritable(config)  # a writer on an immutable file / read-only mount
+            if config.read_only:
+                check_schema(self.engine, config)  # never migrates: says what to run instead
+            elif config.migrate_on_open:
                 run_migrations(self.engine, config)
             with self.engine.connect() as conn:
                 conn.execute(select(func.count()).select_from(Image)).scalar_one()
         except DatabaseError as exc:
             self.engine.dispose()
-            raise StoreError(
-                f"cannot open database {database_label(config.url)}: {exc.orig}; check the URL, "
-                "that the server is running and that the file is a chexretrieve store"
-            ) from None
-        except Exception:
+            raise StoreError(open_failure(config, exc)) from None
+        except StoreError:
             self.engine.dispose()
             raise
+        except Exception as exc:
+            self.engine.dispose()
+            if is_unknown_revision_error(exc):
+                raise newer_schema_error(config, exc) from None
+            raise
+
+    @property
+    def read_only(self) -> bool:
+        """Opened for reading only (StoreConfig.read_only): every write raises StoreError."""
+        return self.config.read_only
 
     # ------------------------------------------------------------------ plumbing
     @property
@@ -131,6 +149,11 @@ class Store(DatasetRecords):
 
     @contextmanager
     def _write(self) -> Iterator[Connection]:
+        if self.config.read_only:
+            raise StoreError(
+                f"the store {self.label} is open read-only (search, serve); writing to it needs a "
+                "writing command (`chexretrieve ingest`, `chexretrieve anchors embed`)"
+            )
         with self.engine.connect() as conn:
             conn = conn.execution_options(**{WRITER_OPTION: True})
             with conn.begin():
