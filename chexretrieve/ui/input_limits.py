@@ -64,6 +64,6 @@ def bounded_number(value: object, what: str, low: float, high: float) -> float |
     if math.isnan(number):
         raise ValueError(f"{what} must be a number between {low:g} and {high:g}, not NaN")
     if not low <= number <= high:
-        shown = "infinity" if math.isinf(number) else f"{number:g}"
+        shown = ("-" if number < 0 else "") + "infinity" if math.isinf(number) else f"{number:g}"
         raise ValueError(f"{what} must be between {low:g} and {high:g}, not {shown}")
     return number

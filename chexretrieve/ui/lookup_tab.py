@@ -156,14 +156,10 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
                         sex = gr.Radio(
                             ["any", "F", "M", "O"], value="any", label="Sex", elem_id="f-sex"
                         )
-                        age_min = gr.Number(
-                            AGE_ANY[0], label="Age from", minimum=AGE_ANY[0],
-                            maximum=AGE_ANY[1], elem_id="f-age-min",
-                        )  # fmt: skip
-                        age_max = gr.Number(
-                            AGE_ANY[1], label="Age to", minimum=AGE_ANY[0],
-                            maximum=AGE_ANY[1], elem_id="f-age-max",
-                        )  # fmt: skip
+                        # no minimum/maximum here: parse_filters checks the range (and NaN,
+                        # infinity, text) itself and says so above the results
+                        age_min = gr.Number(AGE_ANY[0], label="Age from", elem_id="f-age-min")
+                        age_max = gr.Number(AGE_ANY[1], label="Age to", elem_id="f-age-max")
                     with gr.Row():
                         date_from = gr.Textbox(
                             label="Study date from", placeholder="YYYY-MM-DD",
