@@ -46,6 +46,7 @@ class AnchorTexts:
     broad: tuple[str, ...] = ()  # the broad clinical corpus (prior of the posterior models)
     nuisance: dict[str, tuple[str, ...]] = field(default_factory=dict)  # context -> sentences
     provenance: tuple[str, ...] = ()  # id@version of every set used
+    broad_sets: tuple[str, ...] = ()  # id@version of the broad sets pooled into ``broad``
 
 
 def load_anchor_texts(
@@ -66,17 +67,19 @@ def load_anchor_texts(
         keys += [s.key for s in sets]
     contexts = sorted({s.context for s in find_anchor_sets(root) if s.context})
     broad: list[str] = []
+    broad_keys: list[str] = []
     nuisance: dict[str, tuple[str, ...]] = {}
     for context in contexts:
         if context.startswith("broad/"):
             for s in latest_variants(context, root):
                 broad += s.sentences
                 keys.append(s.key)
+                broad_keys.append(s.key)
         elif context.startswith("nuisance/"):
             sets = latest_variants(context, root)
             nuisance[context] = tuple(t for s in sets for t in s.sentences)
             keys += [s.key for s in sets]
-    return AnchorTexts(found, tuple(dict.fromkeys(broad)), nuisance, tuple(keys))
+    return AnchorTexts(found, tuple(dict.fromkeys(broad)), nuisance, tuple(keys), tuple(broad_keys))
 
 
 # ------------------------------------------------------------------------------------ caching
@@ -211,6 +214,38 @@ def _resolve_paths(root: Path, column: pd.Series) -> list[Path]:
     )
 
 
+def chexpert_structure(table: pd.DataFrame) -> pd.DataFrame:
+    """Patient, study, view, sex, age and data-set path of each CheXpert row, under the names a
+    store's labels frame uses (patient_id, study_id, view_group, view_position, sex, age,
+    dataset_path). ``Path`` is
+    ``[CheXpert-v1.0-small/]{split}/patientNNNNN/studyM/viewK_frontal.jpg``; the view comes from
+    ``Frontal/Lateral`` (else the file name), the projection from ``AP/PA``."""
+    paths = table["Path"].astype(str)
+    parts = paths.str.extract(r"(?:^|/)(patient\d+)/(study\d+)/([^/]+)$")
+    patient = parts[0]
+    study = (parts[0] + "/" + parts[1]).where(parts[0].notna() & parts[1].notna())
+    if "Frontal/Lateral" in table.columns:
+        view = table["Frontal/Lateral"].astype("string").str.strip().str.lower()
+    else:
+        view = pd.Series(pd.NA, index=table.index, dtype="string")
+    from_name = parts[2].str.extract(r"_(frontal|lateral)", expand=False)
+    view = view.where(view.isin(["frontal", "lateral"]), from_name).fillna("")
+    out = pd.DataFrame(
+        {
+            "patient_id": patient,
+            "study_id": study,
+            "view_group": view.astype(str),
+            "view_position": table["AP/PA"] if "AP/PA" in table.columns else pd.NA,
+            "sex": table["Sex"] if "Sex" in table.columns else pd.NA,
+            "age": pd.to_numeric(table["Age"], errors="coerce")
+            if "Age" in table.columns
+            else np.nan,
+            "dataset_path": paths,
+        }
+    )
+    return out
+
+
 def read_chexpert_folder(
     root: str | Path, *, max_images_per_split: int | None = None, seed: int = 0
 ) -> tuple[LabelledArchive, list[Path]]:
@@ -241,6 +276,7 @@ def read_chexpert_folder(
     for finding in present:
         labels[finding] = pd.to_numeric(labels[finding], errors="coerce")
     labels = labels.reset_index(drop=True)
+    labels = pd.concat([labels, chexpert_structure(table.reset_index(drop=True))], axis=1)
     archive = LabelledArchive(
         table["Path"].astype(str).to_numpy(), table["_split"].to_numpy(), labels
     )
@@ -288,6 +324,17 @@ def _check_distinct(views: Sequence[EncodedView]) -> None:
 
 
 # ---------------------------------------------------------------------------------- the store
+#: label-frame column <- gallery metadata column, used when the labels frame lacks it
+_STORE_FALLBACKS = (
+    ("view_position", "view_position"),
+    ("patient_id", "patient_id"),
+    ("study_id", "study_uid"),
+    ("sex", "patient_sex"),
+    ("age", "patient_age_years"),
+    ("dataset_path", "source_path"),
+)
+
+
 def store_source(
     url: str,
     encoder_specs: Sequence[str],
@@ -317,9 +364,15 @@ def store_source(
         raise ValueError(f"the store at {url} holds no image embedded by all of {encoder_specs}")
     meta = galleries[0].metadata.loc[ids]
     frame = labels.reindex(ids)
-    frame = frame.assign(view_position=meta["view_position"].to_numpy())
+    # a store ingested before data-set ingest kept patient, view and path only in the metadata
+    for column, source in _STORE_FALLBACKS:
+        if source in meta.columns and (column not in frame or frame[column].isna().all()):
+            frame[column] = meta[source].to_numpy()
     frame = frame.reset_index(drop=True)
     splits = meta["split"].fillna("").astype(str).to_numpy()
+    if "split" in frame.columns:  # the labels frame's split, where it has one
+        given = frame["split"].fillna("").astype(str).to_numpy()
+        splits = np.where(given != "", given, splits)
     archive = LabelledArchive(ids.astype(str), splits, frame)
     cache = EmbeddingCache(cache_dir)
     views = []

@@ -107,8 +107,25 @@ class Image(Base):
     # first Window Center / Width of the file in modality output units (the viewer's default)
     window_center: Mapped[float | None] = mapped_column(Float)
     window_width: Mapped[float | None] = mapped_column(Float)
+    # 'frontal' / 'lateral' (from the data set's files, else from ViewPosition); NULL = unknown
+    view_group: Mapped[str | None] = mapped_column(String(16), index=True)
+    # the image's name in its public data set: the path relative to the data-set root
+    dataset_path: Mapped[str | None] = mapped_column(Text)
+    # the data set's own study id (MIMIC study_id, CheXpert patient/study); NULL for plain files
+    dataset_study_id: Mapped[str | None] = mapped_column(String(64), index=True)
     run_id: Mapped[int | None] = mapped_column(ForeignKey("ingest_runs.id"))
     ingested_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
+
+
+class Report(Base):
+    """The radiology report of one study, keyed by the data-set study id (else the study UID)."""
+
+    __tablename__ = "reports"
+
+    study_key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    text: Mapped[str] = mapped_column(Text)
+    source: Mapped[str | None] = mapped_column(Text)  # file (and line) it was read from
+    updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
 
 
 class Thumbnail(Base):

@@ -7,6 +7,7 @@ Embeddings of different encoders are never mixed: a gallery is always one encode
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import socket
@@ -19,7 +20,7 @@ from sqlalchemy import Connection, and_, delete, func, insert, select, text, upd
 from sqlalchemy.exc import DatabaseError, IntegrityError
 
 from chexretrieve.findings import FINDINGS
-from chexretrieve.store import cases, writes
+from chexretrieve.store import cases, dataset_records, writes
 from chexretrieve.store.config import StoreConfig
 from chexretrieve.store.engine import (
     WRITER_OPTION,
@@ -189,6 +190,7 @@ class Store:
         items: Sequence[BatchItem],
         run_id: int | None = None,
         extra_outcomes: Sequence[Outcome] = (),
+        changes: collections.Counter | None = None,
     ) -> list[Outcome]:
         """Store a batch of files in ONE transaction and return one Outcome per item.
 
@@ -196,11 +198,13 @@ class Store:
         stored with the same pixels is 'already-present' (or 'embedded' when only this encoder's
         embedding was missing); the same SOPInstanceUID with other pixels is a 'conflict' and the
         stored image is kept. With ``run_id`` the outcomes (and ``extra_outcomes``, e.g. rejected
-        files) are recorded in the same transaction.
+        files) are recorded in the same transaction. ``changes`` counts what the batch changed on
+        images already stored (see ``writes.write_items``).
         """
         encoder = self._require_encoder(encoder_id)
         for attempt in range(3):
             try:
+                counted: collections.Counter = collections.Counter()
                 with self._write() as conn:
                     outcomes = writes.write_items(
                         conn,
@@ -208,9 +212,12 @@ class Store:
                         encoder_id=encoder_id,
                         dim=encoder.embed_dim,
                         items=items,
+                        changes=counted,
                     )
                     if run_id is not None:
                         writes.record_outcomes(conn, run_id, [*outcomes, *extra_outcomes])
+                if changes is not None:
+                    changes.update(counted)
                 return outcomes
             except IntegrityError:
                 # a concurrent writer (PostgreSQL) inserted one of these images first: reclassify
@@ -371,9 +378,63 @@ class Store:
         blob = b"".join(found[i] for i in wanted)
         return bytes_to_matrix(blob, len(wanted), encoder.embed_dim)
 
-    def labels_frame(self, image_ids: Sequence[int] | None = None) -> pd.DataFrame:
+    def labels_frame(
+        self, image_ids: Sequence[int] | None = None, *, metadata: bool = False
+    ) -> pd.DataFrame:
         """Labels of labelled images: index image_id, one float column per finding in FINDINGS
-        order; 1 / 0 / -1 (uncertain), NaN = blank. Unlabelled images have no row."""
+        order; 1 / 0 / -1 (uncertain), NaN = blank. Unlabelled images have no row.
+
+        ``metadata=True`` adds, after the findings, the columns of ``DATASET_COLUMNS``
+        (``patient_id``, ``study_id``, ``view_group``, ``view_position``, ``sex``, ``age``,
+        ``split``, ``dataset_path``; see ``dataset_frame``) for the same rows."""
+        table = self._labels_table(image_ids)
+        if not metadata:
+            return table
+        extra = self.dataset_frame(table.index.tolist(), labels=False)
+        return table.join(extra, how="left")
+
+    def dataset_frame(
+        self, image_ids: Sequence[int] | None = None, *, labels: bool = True
+    ) -> pd.DataFrame:
+        """EVERY image (labelled or not), index image_id: the finding columns (NaN when blank or
+        unlabelled; left out with ``labels=False``) then ``DATASET_COLUMNS``:
+        patient_id, study_id (the data set's study id, else the StudyInstanceUID), view_group
+        ("frontal" / "lateral" / "" unknown; from the data set, else from ViewPosition),
+        view_position, sex, age (years, NaN unknown), split ("" none), dataset_path (the path
+        relative to the data-set root, else the file path). Strings are "" when unknown."""
+        with self._read() as conn:
+            frame = dataset_records.dataset_frame(conn, image_ids)
+        if labels:
+            frame = self._labels_table(frame.index.tolist()).reindex(frame.index).join(frame)
+        return frame
+
+    # ------------------------------------------------------------------ reports
+    def put_reports(self, reports: Mapping[str, tuple[str, str | None]]) -> dict[str, int]:
+        """Store study reports (study key -> (text, source)) in one transaction; how many were
+        "new", "changed" and "unchanged". The key is the data set's study id (MIMIC study_id,
+        CheXpert patient/study), else the StudyInstanceUID."""
+        with self._write() as conn:
+            counts = writes.put_reports(conn, reports)
+            if counts["new"] or counts["changed"]:
+                writes.bump_revision(conn)
+        return {name: counts.get(name, 0) for name in ("new", "changed", "unchanged")}
+
+    def report_for_image(self, image_id: int) -> str | None:
+        """The stored report of the image's study, or None."""
+        with self._read() as conn:
+            return dataset_records.report_for_image(conn, int(image_id))
+
+    def report_texts(self) -> list[tuple[str, str]]:
+        """Every stored report as (study key, text), ordered by key."""
+        with self._read() as conn:
+            return dataset_records.report_texts(conn)
+
+    def report_keys(self) -> dict[str, str]:
+        """Image names (data-set path, file path) and study ids -> the study key reports use."""
+        with self._read() as conn:
+            return dataset_records.report_keys(conn)
+
+    def _labels_table(self, image_ids: Sequence[int] | None) -> pd.DataFrame:
         stmt = select(Label.image_id, Label.finding, Label.value)
         with self._read() as conn:
             rows = conn.execute(stmt).all()

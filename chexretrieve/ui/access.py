@@ -44,6 +44,9 @@ _ALLOWED = re.compile(
     r"|pwa_icon(?:/\d+)?|(?:assets|static|svelte)/.+"
     r"|gradio_api/(?:queue/(?:join|data)|heartbeat/[^/]+|upload|upload_progress|cancel"
     r"|reset/?|startup-events|app_id/?|user/?|token/?|login_check/?|theme\.css)"
+    # the OHIF viewer and the app's DICOMweb endpoint (chexretrieve.ui.viewer_links): answered
+    # by the viewer gate, which checks the user's grants; a 404 when no viewer is installed
+    r"|viewer(?:/.*)?|dicomweb/.+"
     r")$"
 )
 #: largest login form read (a name and a password)

@@ -43,6 +43,7 @@ def build_app(
             search = build_lookup_tab(app, lookup, config)
             build_curation_tab(app, curation, lookup, search)
             build_evaluation_tab(app, lookup)
+        app.case_lookup_handlers = lookup  # launch_app wires the OHIF viewer's links to it
 
         gr.HTML(
             "<div class='cx-notice'>Phantom world: unless an archive of real studies was "
@@ -53,15 +54,18 @@ def build_app(
     return app
 
 
-def open_case_lookup(config: UIConfig) -> tuple[CaseLookup, CurationDesk]:
-    """Open the store and encoder named by ``config`` and build the handlers (searches and
-    studies viewed are recorded in the audit trail, see chexretrieve.audit)."""
+def open_case_lookup(config: UIConfig, store=None, encoder=None) -> tuple[CaseLookup, CurationDesk]:
+    """Open the store and encoder named by ``config`` (or use the open ``store`` / loaded
+    ``encoder`` given) and build the handlers (searches and studies viewed are recorded in the
+    audit trail, see chexretrieve.audit). ArchiveEmptyError when the store holds no cases yet."""
     from chexretrieve.app import AppConfig, open_search_app
     from chexretrieve.search.config import SearchConfig
 
     search = SearchConfig(feature_cache_dir=config.feature_cache_dir, index_kind=config.index_kind)
     root = open_search_app(
-        AppConfig(config.db_url, config.encoder, anchors_dir=config.anchors_dir, search=search)
+        AppConfig(config.db_url, config.encoder, anchors_dir=config.anchors_dir, search=search),
+        store=store,
+        encoder=encoder,
     )
     service, store, audit = root.service, root.store, root.audit
     access = open_access(config, store)
@@ -74,7 +78,7 @@ def open_case_lookup(config: UIConfig) -> tuple[CaseLookup, CurationDesk]:
         case_page_size=config.case_page_size,
         thumbnail_dir=config.feature_cache_dir / "thumbnails" if config.feature_cache_dir else None,
         audit=audit,
-        report_texts=ReportTexts(config.reports_csv),
+        report_texts=ReportTexts(config.reports_csv, store.report_for_image),
         access=access,
     )
     curation = CurationDesk(config.anchors_dir, store, root.encoder, lambda: service.gallery)
@@ -113,12 +117,14 @@ def check_sign_in(config: UIConfig) -> None:
         store.close()
 
 
-def launch_app(app: gr.Blocks, config: UIConfig, block: bool = True):
+def launch_app(app: gr.Blocks, config: UIConfig, block: bool = True, head: str | None = None):
     """Launch with the safe settings: no share link, upload cap, no extra file paths, no
     FastAPI schema, only the page's own routes (AccessGuard), uploads never served back, the
-    sign-in of ``config.sign_in``, a bounded event queue (busy answer beyond it)."""
+    sign-in of ``config.sign_in``, a bounded event queue (busy answer beyond it).
+    ``head``: extra HTML for the page's head (the waiting page's reload script)."""
     from starlette.middleware import Middleware
 
+    from chexretrieve.ui.viewer_links import viewer_middleware
     from chexretrieve.ui.web_guard import UploadsStayPrivate
 
     access = getattr(app, "case_lookup_access", None) or AccessControl()
@@ -131,13 +137,20 @@ def launch_app(app: gr.Blocks, config: UIConfig, block: bool = True):
         log.warning(warning)
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     app.queue(max_size=config.queue_size)
+    # outermost first: the route guard and sign-in, then the viewer gate (only signed-in
+    # requests reach /viewer and /dicomweb), then the upload privacy guard
+    middleware = [
+        Middleware(AccessGuard, blocks=app, access=access),
+        Middleware(UploadsStayPrivate, blocks=app),
+    ]
+    lookup = getattr(app, "case_lookup_handlers", None)
+    viewer = viewer_middleware(app, lookup, config, access) if lookup is not None else None
+    if viewer is not None:  # the OHIF viewer and its DICOMweb endpoint (/viewer, /dicomweb)
+        middleware.insert(1, viewer)
     return app.launch(
         app_kwargs={
             "openapi_url": None,  # FastAPI's /openapi.json is served without the login
-            "middleware": [
-                Middleware(AccessGuard, blocks=app, access=access),
-                Middleware(UploadsStayPrivate, blocks=app),
-            ],
+            "middleware": middleware,
         },
         server_name=config.host,
         server_port=config.port,
@@ -162,11 +175,25 @@ def launch_app(app: gr.Blocks, config: UIConfig, block: bool = True):
         footer_links=[],
         theme=local_theme(),
         css=CSS,
+        head=head,
     )
 
 
 def serve_app(config: UIConfig) -> None:
-    """Open the archive and serve the UI until interrupted (blocks)."""
-    lookup, curation = open_case_lookup(config)
-    app = build_app(lookup, curation, config)
+    """Open the archive and serve the UI until interrupted (blocks). On an archive with no cases
+    yet, a page saying to run ingest is served until they arrive (chexretrieve.ui.waiting)."""
+    from chexretrieve.app import ArchiveEmptyError
+
+    try:
+        lookup, curation = open_case_lookup(config)
+        app = build_app(lookup, curation, config)
+    except ArchiveEmptyError as empty:
+        from chexretrieve.ui.waiting import wait_for_cases
+
+        store, encoder = empty.store, empty.encoder
+
+        def build() -> gr.Blocks:
+            return build_app(*open_case_lookup(config, store, encoder), config)
+
+        app = wait_for_cases(config, store, encoder, build, launch_app)
     launch_app(app, config, block=True)

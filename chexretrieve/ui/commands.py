@@ -72,6 +72,17 @@ def serve_command(
         "--index",
         help="Ranking index for galleries of 500,000+ images: none, exact, hnsw, ivf.",
     ),
+    dicomweb: str | None = typer.Option(
+        None,
+        "--dicomweb",
+        help="DICOMweb URL of the PACS the archive came from, for the OHIF viewer (default: the "
+        "app's own read-only /dicomweb over the archived files).",
+    ),
+    ohif_dir: Path | None = typer.Option(
+        None,
+        "--ohif-dir",
+        help="Installed OHIF dist/ folder (default: the one make setup installs).",
+    ),
 ) -> None:
     """Serve the case-lookup UI: search by case or upload, explanations, curation, evaluation."""
     from rich.console import Console
@@ -102,6 +113,8 @@ def serve_command(
             anchors_dir=anchors,
             reports_csv=tuple(reports_csv),
             index_kind=index,
+            dicomweb_url=dicomweb,
+            ohif_dir=ohif_dir,
         )
         from chexretrieve.app import ensure_port_free
         from chexretrieve.ui import serve_app

@@ -76,6 +76,13 @@ class UIConfig:
     # ranking index for galleries of 500,000 images or more: "none" (exact), "exact", "hnsw", "ivf"
     # (SearchConfig.index_kind; built on the first search of each geometry)
     index_kind: str = "none"
+    # the installed OHIF Viewer's dist/ folder served under /viewer; None = the one `make setup`
+    # installs (<venv>/ohif/3.13.2/dist), and no viewer links when it is not installed
+    ohif_dir: Path | None = None
+    # DICOMweb URL of the PACS the archive came from, read by OHIF directly; None = the app's own
+    # read-only /dicomweb endpoint (searched studies only, audited, de-identified unless PHI may
+    # be shown)
+    dicomweb_url: str | None = None
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:
@@ -115,6 +122,10 @@ class UIConfig:
             raise ValueError(
                 f"unknown index kind {self.index_kind!r}; choose one of: none, exact, hnsw, ivf"
             )
+        if self.dicomweb_url is not None and not self.dicomweb_url.startswith(
+            ("http://", "https://")
+        ):
+            raise ValueError(f"--dicomweb must be an http(s):// URL, got {self.dicomweb_url!r}")
         if self.upload_max_age_s < 1:
             raise ValueError(f"upload_max_age_s must be at least 1, got {self.upload_max_age_s}")
         if self.queue_size < 1:

@@ -44,26 +44,28 @@ def capped(value: object, what: str, limit: int) -> str:
     return value
 
 
-def bounded_number(value: object, what: str, low: float, high: float) -> float | None:
+def bounded_number(
+    value: object, what: str, low: float, high: float, unit: str = ""
+) -> float | None:
     """``value`` as a finite float in [low, high] (None for an empty value); ValueError naming
-    NaN, infinity, a huge number or text."""
+    NaN, infinity, a huge number or text (``unit``, e.g. "years", is named in the messages)."""
     if value is None or (isinstance(value, str) and not value.strip()):
         return None
+    kind = f"a number of {unit}" if unit else "a number"
+    span = f"between {low:g} and {high:g}" + (f" {unit}" if unit else "")
     if isinstance(value, bool):
-        raise ValueError(f"{what} must be a number, not {value!r}")
+        raise ValueError(f"{what} must be {kind}, not {value!r}")
     if isinstance(value, str):
         capped(value, what, 32)
     try:
         number = float(value)
     except OverflowError:
-        raise ValueError(
-            f"{what} must be between {low:g} and {high:g}; that number is too large"
-        ) from None
+        raise ValueError(f"{what} must be {span}; that number is too large") from None
     except (TypeError, ValueError):
-        raise ValueError(f"{what} must be a number, not {str(value)[:40]!r}") from None
+        raise ValueError(f"{what} must be {kind}, not {str(value)[:40]!r}") from None
     if math.isnan(number):
-        raise ValueError(f"{what} must be a number between {low:g} and {high:g}, not NaN")
+        raise ValueError(f"{what} must be {kind} {span.replace(f' {unit}', '')}, not NaN")
     if not low <= number <= high:
         shown = ("-" if number < 0 else "") + "infinity" if math.isinf(number) else f"{number:g}"
-        raise ValueError(f"{what} must be between {low:g} and {high:g}, not {shown}")
+        raise ValueError(f"{what} must be {span}, not {shown}")
     return number

@@ -125,10 +125,10 @@ BIG = "x" * 10_000_000
         ("case id of 5000 digits", "at most 64 are accepted"),
         ("case id of 30 digits", "a case id has at most 18 digits"),
         ("picker text of 10 MB", "at most 64 are accepted"),
-        ("age NaN", "'age from' must be a number between 0 and 120, not NaN"),
-        ("age -inf", "'age from' must be between 0 and 120, not -infinity"),
+        ("age NaN", "'age from' must be a number of years between 0 and 120, not NaN"),
+        ("age -inf", "'age from' must be between 0 and 120 years, not -infinity"),
         ("age 10**400 as text", "'age to' is 401 characters long; at most 32"),
-        ("age 10**30", "'age to' must be between 0 and 120, not 1e+30"),
+        ("age 10**30", "'age to' must be between 0 and 120 years, not 1e+30"),
         ("date of 10 MB", "'date from' is 10,000,000 characters long"),
     ],
 )
