@@ -31,6 +31,7 @@ from chexretrieve.ui.case_picker import (
 )
 from chexretrieve.ui.density_banner import density_banner_html
 from chexretrieve.ui.radiology_reports import ReportTexts
+from chexretrieve.ui.rare_cases import RARE_FIRST, rare_case_rows
 from chexretrieve.ui.render import details_html, esc, explanation_html, placeholder
 from chexretrieve.ui.results_html import (
     ResultRow,
@@ -223,7 +224,11 @@ class CaseLookup(ArchiveThumbnails):
         page = max(0, int(page or 0))
         gallery = self.gallery
         for _ in range(2):  # a page past the end (the archive shrank, a narrower filter): last one
-            if self.store is not None:
+            if status == RARE_FIRST:  # an order, not a label filter (chexretrieve.ui.rare_cases)
+                total, rows, _ = rare_case_rows(
+                    self.service, gallery, text, finding, page * size, size
+                )
+            elif self.store is not None:
                 found = self.store.find_cases(
                     text or None, finding if status else None, status, gallery.encoder_id,
                     offset=page * size, limit=size,

@@ -217,3 +217,34 @@ def test_search_result_json_and_audit_carry_the_flag(tmp_path):
     records = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
     assert [r["density"]["ood"] for r in records] == [True, False]
     assert records[0]["density"]["percentile"] == 0.0
+
+
+def test_the_case_pickers_rare_cases_first_order(tmp_path):
+    from chexretrieve.ui.handlers import CaseLookup
+    from chexretrieve.ui.rare_cases import RARE_FIRST
+
+    odd = _unit(np.eye(D)[7:10] + 0.3)
+    gallery = _gallery(rare=[odd])
+    service = SearchService(
+        lambda: gallery,
+        FakeAnchors(),
+        encoder=_Encoder(),
+        config=SearchConfig(feature_cache_dir=tmp_path / "features"),
+        density=_provider(tmp_path),
+    )
+    lookup = CaseLookup(service, thumbnail_px=32, case_page_size=3)
+    first = lookup.case_page(finding="Cardiomegaly", status=RARE_FIRST)
+    assert {i for _, i in first.choices} == set(gallery.image_ids[-3:].tolist())
+    assert first.total == len(gallery) and "rarest first" in first.summary
+    density = service.density.held()
+    assert [i for _, i in first.choices] == density.rarity_order()[:3].tolist()
+    second = lookup.case_page(finding="Cardiomegaly", status=RARE_FIRST, page=1)
+    assert [i for _, i in second.choices] == density.rarity_order()[3:6].tolist()
+    narrowed = lookup.case_page(text="24", finding="Cardiomegaly", status=RARE_FIRST)
+    assert {i for _, i in narrowed.choices} <= {24, 240, 241, 242, 243}
+    off = CaseLookup(
+        SearchService(lambda: gallery, FakeAnchors(), encoder=_Encoder(),
+                      config=SearchConfig(feature_cache_dir=tmp_path / "f2")),
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="needs the archive density"):
+        off.case_page(status=RARE_FIRST)
