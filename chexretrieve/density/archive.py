@@ -7,7 +7,8 @@ fitted image ids, so a later reader can say exactly how far the archive has move
 (``drift``), and never uses a stale fit without saying so (:mod:`chexretrieve.density.provider`).
 
 What it holds:
-* ``model``: the mixture, its K chosen by held-out likelihood (or BIC) among the candidates.
+* ``model``: the mixture, its K chosen by held-out likelihood (or BIC) among the candidates,
+  fitted on all images or, above ``DensityConfig.fit_sample``, on a seeded random sample.
 * ``log_density``: every archive image's log-density under the model (in-sample), for rarity.
 * ``reference``: the scores a query is ranked against for its percentile. With the held-out
   criterion these are the held-out 20 % of the archive scored by the model fitted without them,
@@ -247,8 +248,12 @@ def fit_archive_density(
             f"least {config.min_images} (DensityConfig.min_images)"
         )
     x = x / np.linalg.norm(x, axis=1, keepdims=True)  # float16/32 storage rounds off the sphere
+    sample = x
+    if len(x) > config.fit_sample:  # a seeded sample bounds the fit's time; all are scored
+        rows = np.random.default_rng(config.seed).choice(len(x), config.fit_sample, replace=False)
+        sample = x[np.sort(rows)]
     selection = select_movmf_density(
-        x, candidates=config.candidates, criterion=config.criterion, seed=config.seed
+        sample, candidates=config.candidates, criterion=config.criterion, seed=config.seed
     )
     model = selection.density
     own = model.log_density(x)

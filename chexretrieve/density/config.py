@@ -29,6 +29,9 @@ class DensityConfig:
     cache_dir: Path | None = None
     # fewest archive images a density is fitted on (fewer: searches carry no density)
     min_images: int = 20
+    # larger archives are fitted on a seeded random sample of this many images (every image is
+    # still scored); bounds the fit's time (docs/density.md has the measured cost)
+    fit_sample: int = 20_000
     # concept decomposition: list the top components covering this share of the posterior
     concept_mass: float = 0.9
 
@@ -46,5 +49,9 @@ class DensityConfig:
             raise ValueError(f"candidates must be positive counts, got {self.candidates}")
         if self.min_images < 3:
             raise ValueError(f"min_images must be at least 3, got {self.min_images}")
+        if self.fit_sample < self.min_images:
+            raise ValueError(
+                f"fit_sample ({self.fit_sample}) must be at least min_images ({self.min_images})"
+            )
         if not 0 < self.concept_mass <= 1:
             raise ValueError(f"concept_mass must be in (0, 1], got {self.concept_mass}")

@@ -248,3 +248,14 @@ def test_the_case_pickers_rare_cases_first_order(tmp_path):
     )  # fmt: skip
     with pytest.raises(ValueError, match="needs the archive density"):
         off.case_page(status=RARE_FIRST)
+
+
+def test_a_large_archive_is_fitted_on_a_seeded_sample_and_every_image_scored(tmp_path):
+    gallery = _gallery()
+    sampled = _provider(tmp_path / "a", fit_sample=60).fit(gallery)
+    again = _provider(tmp_path / "b", fit_sample=60).fit(gallery)
+    full = _provider(tmp_path / "c").fit(gallery)
+    assert sampled.n_images == len(gallery) and sampled.log_density.shape == (len(gallery),)
+    assert len(sampled.reference) == 12  # the held-out 20 % of the 60-image sample
+    np.testing.assert_array_equal(sampled.model.directions, again.model.directions)
+    assert len(full.reference) == 48
