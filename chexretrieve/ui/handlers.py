@@ -29,7 +29,7 @@ from chexretrieve.ui.case_picker import (
     page_summary,
     parse_case_id,
 )
-from chexretrieve.ui.density_banner import density_banner_html
+from chexretrieve.ui.density_banner import density_banner_html, result_concepts_html
 from chexretrieve.ui.radiology_reports import ReportTexts
 from chexretrieve.ui.rare_cases import RARE_FIRST, rare_case_rows
 from chexretrieve.ui.render import details_html, esc, explanation_html, placeholder
@@ -539,6 +539,7 @@ class CaseLookup(ArchiveThumbnails):
             + "<p class='cx-sub'>Labels</p>" + labels_html(self.labels_of(image_id), finding)
             + "<p class='cx-sub'>Report</p>"
             + report_html(self.report_texts.report_for(meta.get("source_path")))
+            + result_concepts_html(self.service, image_id)
         )  # fmt: skip
 
     @staticmethod
