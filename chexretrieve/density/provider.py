@@ -187,7 +187,9 @@ class ArchiveDensityProvider:
         if held is not None and held.fingerprint == gallery.fingerprint:
             return held, False, ""
         candidate = held
-        for _, path in saved_revisions(self.folder, self.store.label, self.encoder_id):
+        for revision, path in saved_revisions(self.folder, self.store.label, self.encoder_id):
+            if held is not None and revision == held.revision:
+                break  # the newest file is the fit held in memory: no need to read it again
             try:
                 saved = ArchiveDensity.load(path)
             except ValueError:
