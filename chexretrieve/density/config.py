@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+#: ``background_fit_above`` for one-shot commands: always fit during the call
+FIT_NOW = 2**62
 #: how the mixture's component count is chosen (chexretrieve.geometry.movmf_density)
 DENSITY_CRITERIA = ("heldout", "bic")
 
@@ -32,6 +34,9 @@ class DensityConfig:
     # larger archives are fitted on a seeded random sample of this many images (every image is
     # still scored); bounds the fit's time (docs/density.md has the measured cost)
     fit_sample: int = 20_000
+    # a search that must fit an archive larger than this starts the fit in the background and
+    # carries "no density yet" until it is ready (smaller archives are fitted during the search)
+    background_fit_above: int = 5000
     # concept decomposition: list the top components covering this share of the posterior
     concept_mass: float = 0.9
 

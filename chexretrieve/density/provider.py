@@ -8,7 +8,9 @@ Which fit it uses, in order:
    ``DensityConfig.refit_fraction`` of its images were added or removed since: used, but every
    assessment says ``stale`` and how far the archive moved (the UI and JSON show it);
 3. otherwise a new fit from today's gallery when ``fit_on_search`` (saved for the next search),
-   else no density, with a note saying to run ``chexretrieve density fit``.
+   else no density, with a note saying to run ``chexretrieve density fit``. A gallery larger
+   than ``background_fit_above`` is fitted in a background thread (minutes at 100,000 images):
+   searches meanwhile carry no density and a note saying it is being fitted.
 A gallery with fewer than ``min_images`` images gets no density and a note saying so.
 """
 
@@ -135,6 +137,8 @@ class ArchiveDensityProvider:
         self._current: ArchiveDensity | None = None
         self._lock = threading.Lock()
         self._fit_lock = threading.Lock()  # one fit at a time; waiting searches reuse it
+        self._background: threading.Thread | None = None  # a fit of a large archive, running
+        self._background_error = ""
 
     # --------------------------------------------------------------------------- the fit
     def fit(self, gallery) -> ArchiveDensity:
@@ -226,12 +230,48 @@ class ArchiveDensityProvider:
                     "`chexretrieve density fit`"
                 ),
             )
+        if len(gallery) > self.config.background_fit_above:
+            return None, False, self._fit_in_background(gallery)
         with self._fit_lock:
             with self._lock:
                 held = self._current
             if held is not None and held.fingerprint == gallery.fingerprint:
                 return held, False, ""  # fitted by another search meanwhile
             return self.fit(gallery), False, ""
+
+    def _fit_in_background(self, gallery) -> str:
+        """Start (once) a fit of ``gallery`` in a thread; the note searches carry meanwhile."""
+        with self._lock:
+            running = self._background is not None and self._background.is_alive()
+            if not running:
+                self._background_error = ""
+                self._background = threading.Thread(
+                    target=self._background_fit, args=(gallery,), daemon=True,
+                    name="density-fit",
+                )  # fmt: skip
+                self._background.start()
+            error = self._background_error
+        if error:
+            return f"no density: the last fit failed ({error})"
+        return (
+            f"no density yet: the archive density of {len(gallery):,} images is being fitted in "
+            "the background (minutes for a large archive); searches carry the OOD flag once "
+            "it is ready"
+        )
+
+    def _background_fit(self, gallery) -> None:
+        try:
+            with self._fit_lock:
+                self.fit(gallery)
+        except (ValueError, OSError) as exc:  # reported by the next search's note
+            with self._lock:
+                self._background_error = str(exc)
+
+    def wait_for_background_fit(self, timeout: float | None = None) -> None:
+        """Block until a background fit (if any) ends (tests, the CLI)."""
+        thread = self._background
+        if thread is not None:
+            thread.join(timeout)
 
     def held(self) -> ArchiveDensity | None:
         """The fit the last assessment used (None before the first)."""

@@ -261,3 +261,13 @@ def test_a_large_archive_is_fitted_on_a_seeded_sample_and_every_image_scored(tmp
     assert len(sampled.reference) == 12  # the held-out 20 % of the 60-image sample
     np.testing.assert_array_equal(sampled.model.directions, again.model.directions)
     assert len(full.reference) == 48
+
+
+def test_a_large_archive_is_fitted_in_the_background_and_says_so_meanwhile(tmp_path):
+    gallery = _gallery()
+    provider = _provider(tmp_path, background_fit_above=100)
+    first = provider.assess(gallery.embeddings[0], gallery)
+    assert isinstance(first, DensityUnavailable) and "being fitted in the background" in first.note
+    provider.wait_for_background_fit(timeout=120)
+    later = provider.assess(gallery.embeddings[0], gallery)
+    assert isinstance(later, QueryDensity) and not later.ood and not later.stale
