@@ -112,9 +112,10 @@ def fit_models(archive: np.ndarray, candidates, seed: int) -> FittedModels:
     return FittedModels(scores, reference, movmf, selection, timings)
 
 
-def ood_tables(sets: DensitySets, models: FittedModels) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(AUROC / FPR95 per model and OOD group, flag rates of the deployed rule)."""
-    rows, flags = [], []
+def ood_tables(sets: DensitySets, models: FittedModels):
+    """(AUROC / FPR95 per model and OOD group, flag rates of the deployed rule per group, and per
+    kind of phantom render and synthetic image)."""
+    rows, flags, kinds = [], [], []
     groups = ["all OOD", *sorted(set(sets.ood_group))]
     for name, score in models.scores.items():
         inside = -score(sets.heldout)
@@ -133,12 +134,22 @@ def ood_tables(sets: DensitySets, models: FittedModels) -> tuple[pd.DataFrame, p
                 }
             )
         flag = {"model": name, "held-out phantoms flagged": float(np.mean(inside > threshold))}
+        for kind in sorted(set(sets.ood_name[sets.ood_group != "pydicom-data"])):
+            picked = outside[(sets.ood_name == kind) & (sets.ood_group != "pydicom-data")]
+            kinds.append({"model": name, "kind": kind, "n": len(picked),
+                          "flagged": float(np.mean(picked > threshold))})  # fmt: skip
         for group in groups[1:]:
             flag[f"{group} flagged"] = float(np.mean(outside[sets.ood_group == group] > threshold))
         if len(chest):
             flag["real chest films (RG1) flagged"] = float(np.mean(chest > threshold))
         flags.append(flag)
-    return pd.DataFrame(rows), pd.DataFrame(flags).set_index("model")
+    by_kind = pd.DataFrame(kinds).pivot(index="kind", columns="model", values="flagged")
+    by_kind.insert(0, "n", pd.DataFrame(kinds).groupby("kind")["n"].first())
+    return (
+        pd.DataFrame(rows),
+        pd.DataFrame(flags).set_index("model"),
+        by_kind[["n", *models.scores]],
+    )
 
 
 def per_file_table(sets: DensitySets, models: FittedModels) -> pd.DataFrame:
