@@ -139,6 +139,8 @@ class ArchiveDensityProvider:
         self._fit_lock = threading.Lock()  # one fit at a time; waiting searches reuse it
         self._background: threading.Thread | None = None  # a fit of a large archive, running
         self._background_error = ""
+        #: why the last fit could not be saved ("" when it was)
+        self.save_error = ""
 
     # --------------------------------------------------------------------------- the fit
     def fit(self, gallery) -> ArchiveDensity:
@@ -156,9 +158,18 @@ class ArchiveDensityProvider:
             config=self.config,
         )
         path = density_path(self.folder, self.store.label, self.encoder_id, revision)
-        density.save(path)
-        for _, old in saved_revisions(self.folder, self.store.label, self.encoder_id)[KEPT_FITS:]:
-            old.unlink(missing_ok=True)
+        try:
+            density.save(path)
+            for _, old in saved_revisions(self.folder, self.store.label, self.encoder_id)[
+                KEPT_FITS:
+            ]:
+                old.unlink(missing_ok=True)
+            self.save_error = ""
+        except OSError as exc:  # an unwritable cache costs a refit per process, never a search
+            self.save_error = (
+                f"the density could not be saved under {self.folder} ({exc.strerror or exc}); "
+                "it is kept in memory only"
+            )
         with self._lock:
             self._current = density
         return density
@@ -298,7 +309,7 @@ class ArchiveDensityProvider:
             revision=density.revision,
             n_images=density.n_images,
             n_components=density.model.n_components,
-            note=note,
+            note="; ".join(n for n in (note, self.save_error) if n),
             concepts=self.concepts(density, row, posterior)[0],
         )
 

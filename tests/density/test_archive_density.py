@@ -271,3 +271,16 @@ def test_a_large_archive_is_fitted_in_the_background_and_says_so_meanwhile(tmp_p
     provider.wait_for_background_fit(timeout=120)
     later = provider.assess(gallery.embeddings[0], gallery)
     assert isinstance(later, QueryDensity) and not later.ood and not later.stale
+
+
+def test_an_unwritable_cache_never_breaks_a_search(tmp_path):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the cache folder should be")
+    config = DensityConfig(cache_dir=blocker / "density")
+    provider = ArchiveDensityProvider(FakeStore(), "fake:1", config, FakeAnchors())
+    gallery = _gallery()
+    out = provider.assess(gallery.embeddings[0], gallery)
+    assert isinstance(out, QueryDensity) and not out.ood
+    assert "could not be saved" in out.note and "memory only" in out.note
+    again = provider.assess(gallery.embeddings[1], gallery)  # held in memory: no refit
+    assert again.revision == out.revision
