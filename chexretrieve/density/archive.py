@@ -15,8 +15,9 @@ What it holds:
   i.e. what *new* in-distribution images score (in-sample scores are higher, as the model has
   seen them, and would flag too many ordinary queries); with BIC, the in-sample scores.
 * ``threshold``: the ``ood_percentile``-th percentile of the reference: below it, a query is OOD.
-* ``components``: each component named by its nearest anchor sentences (all findings' sets) and
-  by the labels that dominate it among labelled archive images.
+* ``components``: each component named by its nearest anchor sentences (all findings' sets;
+  both sides centred on their own mean, past the image-text modality gap) and by the labels
+  that dominate it among labelled archive images.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import numpy as np
 from chexretrieve.cache import write_atomically
 from chexretrieve.density.config import DensityConfig
 from chexretrieve.findings import FINDINGS
+from chexretrieve.geometry.bessel import vmf_mean_length
 from chexretrieve.geometry.movmf_density import MovMFDensity, select_movmf_density
 
 #: file format version (bumped when the layout changes; other versions are refitted)
@@ -278,6 +280,11 @@ def fit_archive_density(
     )
 
 
+def _unit_rows(rows: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(rows, axis=1, keepdims=True)
+    return rows / np.where(norms > 0, norms, 1.0)
+
+
 def name_components(model, posterior, image_ids, labels, anchors) -> tuple[ComponentName, ...]:
     """Each component's nearest anchor sentences and dominant labels (module text)."""
     sentences, vectors = [], []
@@ -286,7 +293,14 @@ def name_components(model, posterior, image_ids, labels, anchors) -> tuple[Compo
         vectors.append(np.asarray(text.embeddings, dtype=np.float64))
     nearest = [()] * model.n_components
     if vectors:
-        cosines = model.directions @ np.vstack(vectors).T
+        # image and text embeddings sit in two cones apart (the modality gap): compare what sets
+        # a component apart from the archive's mean with what sets a sentence apart from the
+        # mean sentence, not the raw directions (those all pick the same few sentences)
+        texts = np.vstack(vectors)
+        texts = texts - texts.mean(axis=0)
+        lengths = vmf_mean_length(model.dim, model.concentrations)
+        offsets = model.directions - (model.weights * lengths) @ model.directions
+        cosines = _unit_rows(offsets) @ _unit_rows(texts).T
         order = np.argsort(-cosines, axis=1, kind="stable")[:, :NAMED_SENTENCES]
         nearest = [tuple(sentences[j] for j in row) for row in order]
     dominant, mass = [()] * model.n_components, [0.0] * model.n_components

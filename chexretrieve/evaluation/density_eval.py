@@ -246,3 +246,44 @@ def decomposition_table(sets: DensitySets, models: FittedModels, seed: int) -> p
             }
         )
     return pd.DataFrame(rows).set_index("assignment")
+
+
+def finding_anchor_texts(encoder):
+    """Every finding's latest anchor set embedded by ``encoder`` (AnchorText), for naming."""
+    from chexretrieve.anchors import latest_anchor_set
+    from chexretrieve.density.archive import AnchorText
+
+    texts = []
+    for finding in FINDINGS:
+        try:
+            anchor_set = latest_anchor_set(finding)
+        except (ValueError, OSError):
+            continue
+        sentences = tuple(anchor_set.sentences)
+        vectors = np.asarray(encoder.embed_texts(list(sentences)), dtype=np.float64)
+        texts.append(AnchorText(finding, sentences, vectors))
+    return texts
+
+
+def component_names_table(sets: DensitySets, models: FittedModels, anchors, top: int = 16):
+    """The ``top`` heaviest components: weight, dominant true findings in the archive, the
+    nearest anchor sentence, and the share of held-out phantoms whose top component it is."""
+    from chexretrieve.density.archive import name_components
+
+    movmf = models.movmf
+    ids = np.arange(len(sets.archive))
+    truth = sets.archive_truth.set_index(pd.Index(ids))
+    names = name_components(movmf, movmf.posterior(sets.archive), ids, truth, anchors)
+    held_top = np.bincount(movmf.posterior(sets.heldout).argmax(axis=1), minlength=len(names))
+    rows = []
+    for name in sorted(names, key=lambda n: -n.weight)[:top]:
+        rows.append(
+            {
+                "component": name.component,
+                "weight": name.weight,
+                "dominant true findings": ", ".join(name.labels) or "none (normal or mixed)",
+                "nearest anchor sentence": name.sentences[0] if name.sentences else "",
+                "held-out share": held_top[name.component] / len(sets.heldout),
+            }
+        )
+    return pd.DataFrame(rows).set_index("component")
