@@ -35,7 +35,9 @@ class DensityConfig:
     # still scored); bounds the fit's time (docs/density.md has the measured cost)
     fit_sample: int = 20_000
     # a search that must fit an archive larger than this starts the fit in the background and
-    # carries "no density yet" until it is ready (smaller archives are fitted during the search)
+    # carries "no density yet" until it is ready (smaller archives are fitted during the search;
+    # refits always run in the background, the old fit flagged stale meanwhile; FIT_NOW: every
+    # fit and refit during the call, for one-shot commands)
     background_fit_above: int = 5000
     # concept decomposition: list the top components covering this share of the posterior
     concept_mass: float = 0.9

@@ -10,7 +10,10 @@ Which fit it uses, in order:
 3. otherwise a new fit from today's gallery when ``fit_on_search`` (saved for the next search),
    else no density, with a note saying to run ``chexretrieve density fit``. A gallery larger
    than ``background_fit_above`` is fitted in a background thread (minutes at 100,000 images):
-   searches meanwhile carry no density and a note saying it is being fitted.
+   searches meanwhile carry no density and a note saying it is being fitted. A *refit* (rule 2
+   failed on drift) always runs in the background while the old fit serves, flagged ``stale``
+   with a note, so no search waits for one; one-shot commands (``background_fit_above`` =
+   ``FIT_NOW``) fit and refit during the call.
 A gallery with fewer than ``min_images`` images gets no density and a note saying so.
 """
 
@@ -31,7 +34,7 @@ from chexretrieve.density.archive import (
     fit_archive_density,
     saved_revisions,
 )
-from chexretrieve.density.config import DensityConfig
+from chexretrieve.density.config import FIT_NOW, DensityConfig
 from chexretrieve.findings import FINDINGS
 
 #: what the UI shows above the results of an out-of-distribution query
@@ -231,6 +234,20 @@ class ArchiveDensityProvider:
                         "`chexretrieve density fit` to refresh it"
                     ),
                 )
+        synchronous = self.config.background_fit_above >= FIT_NOW  # one-shot commands
+        if candidate is not None and self.config.fit_on_search and not synchronous:
+            # never hold a search up for a refit: the old fit serves, flagged, meanwhile
+            started = self._fit_in_background(gallery)
+            return (
+                candidate,
+                True,
+                (
+                    f"density fitted on {candidate.n_images} images at archive revision "
+                    f"{candidate.revision}; {100 * drift:.1f} % of the archive was added or "
+                    f"removed since (over the {100 * self.config.refit_fraction:.0f} % refit "
+                    f"threshold): {started}"
+                ),
+            )
         if not self.config.fit_on_search:
             why = "none was fitted" if candidate is None else "the saved one is too old"
             return (
@@ -242,7 +259,7 @@ class ArchiveDensityProvider:
                 ),
             )
         if len(gallery) > self.config.background_fit_above:
-            return None, False, self._fit_in_background(gallery)
+            return None, False, "no density yet: " + self._fit_in_background(gallery)
         with self._fit_lock:
             with self._lock:
                 held = self._current
@@ -263,11 +280,10 @@ class ArchiveDensityProvider:
                 self._background.start()
             error = self._background_error
         if error:
-            return f"no density: the last fit failed ({error})"
+            return f"the last fit failed ({error})"
         return (
-            f"no density yet: the archive density of {len(gallery):,} images is being fitted in "
-            "the background (minutes for a large archive); searches carry the OOD flag once "
-            "it is ready"
+            f"the archive density of {len(gallery):,} images is being fitted in the background "
+            "(minutes for a large archive); searches use it once it is ready"
         )
 
     def _background_fit(self, gallery) -> None:

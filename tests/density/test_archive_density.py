@@ -135,10 +135,25 @@ def test_small_drift_uses_the_old_fit_and_says_so_large_drift_refits(tmp_path):
     assert "chexretrieve density fit" in out.note
     much = _gallery(n_a=150, n_b=200)  # 110 images added: 46 % moved
     store.revision = 9
+    meanwhile = provider.assess(gallery.embeddings[0], much)  # never waits for the refit
+    assert meanwhile.stale and meanwhile.revision == 7
+    assert "over the 10 % refit threshold" in meanwhile.note and "background" in meanwhile.note
+    provider.wait_for_background_fit(timeout=120)
     refit = provider.assess(gallery.embeddings[0], much)
     assert not refit.stale and refit.revision == 9 and refit.n_images == 350
     kept = [r for r, _ in saved_revisions(tmp_path / "density", store.label, "fake:1")]
     assert kept == [9, 7]
+
+
+def test_one_shot_commands_refit_during_the_call(tmp_path):
+    from chexretrieve.density.config import FIT_NOW
+
+    store = FakeStore()
+    provider = _provider(tmp_path, store=store, background_fit_above=FIT_NOW)
+    provider.assess(CENTRES[0], _gallery())
+    store.revision = 8
+    refit = provider.assess(CENTRES[0], _gallery(n_a=150, n_b=200))
+    assert not refit.stale and refit.revision == 8
 
 
 def test_no_fit_and_fit_on_search_off_says_what_to_run(tmp_path):
