@@ -290,9 +290,9 @@ class ArchiveDensityProvider:
         try:
             with self._fit_lock:
                 self.fit(gallery)
-        except (ValueError, OSError) as exc:  # reported by the next search's note
+        except Exception as exc:  # noqa: BLE001 - a thread's failure is reported by the next note
             with self._lock:
-                self._background_error = str(exc)
+                self._background_error = f"{type(exc).__name__}: {exc}"
 
     def wait_for_background_fit(self, timeout: float | None = None) -> None:
         """Block until a background fit (if any) ends (tests, the CLI)."""
