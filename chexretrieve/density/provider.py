@@ -271,16 +271,15 @@ class ArchiveDensityProvider:
         """Start (once) a fit of ``gallery`` in a thread; the note searches carry meanwhile."""
         with self._lock:
             running = self._background is not None and self._background.is_alive()
-            if not running:
-                self._background_error = ""
+            error = self._background_error
+            if not running and not error:  # after a failure: no retry per search (see note)
                 self._background = threading.Thread(
                     target=self._background_fit, args=(gallery,), daemon=True,
                     name="density-fit",
                 )  # fmt: skip
                 self._background.start()
-            error = self._background_error
         if error:
-            return f"the last fit failed ({error})"
+            return f"the last background fit failed ({error}); run `chexretrieve density fit`"
         return (
             f"the archive density of {len(gallery):,} images is being fitted in the background "
             "(minutes for a large archive); searches use it once it is ready"

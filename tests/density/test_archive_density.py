@@ -299,3 +299,21 @@ def test_an_unwritable_cache_never_breaks_a_search(tmp_path):
     assert "could not be saved" in out.note and "memory only" in out.note
     again = provider.assess(gallery.embeddings[1], gallery)  # held in memory: no refit
     assert again.revision == out.revision
+
+
+def test_a_failed_background_fit_is_reported_not_retried_on_every_search(tmp_path, monkeypatch):
+    gallery = _gallery()
+    provider = _provider(tmp_path, background_fit_above=100)
+    calls = []
+
+    def broken(g):
+        calls.append(1)
+        raise MemoryError("no memory for the responsibilities")
+
+    monkeypatch.setattr(provider, "fit", broken)
+    provider.assess(CENTRES[0], gallery)
+    provider.wait_for_background_fit(timeout=60)
+    out = provider.assess(CENTRES[0], gallery)
+    again = provider.assess(CENTRES[0], gallery)
+    assert isinstance(out, DensityUnavailable) and "MemoryError" in out.note
+    assert "chexretrieve density fit" in again.note and calls == [1]
