@@ -440,8 +440,11 @@ def main(argv: list[str] | None = None) -> int:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     engine = "podman" if shutil.which("podman") else "docker" if shutil.which("docker") else None
     if engine is None:
-        print("neither podman nor docker is installed: apt-get install -y podman runc "
-              "debootstrap", file=sys.stderr)  # fmt: skip
+        print(
+            "neither podman nor docker is installed: apt-get install -y podman runc netavark "
+            "aardvark-dns iptables debootstrap",
+            file=sys.stderr,
+        )
         return 1
     if not Path(CHROMIUM).exists():
         print(f"{CHROMIUM} is missing: apt-get install -y chromium", file=sys.stderr)
