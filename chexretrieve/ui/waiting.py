@@ -72,8 +72,17 @@ def wait_for_cases(
     print(f"waiting for cases: {message}", file=sys.stderr, flush=True)
     page = build_waiting_page(message)
     launch(page, config, block=False, head=_reload_script(PAGE_RELOAD_S))
+
+    def has_cases() -> bool:
+        try:
+            return archive_has_embeddings(store, encoder.encoder_id)
+        except Exception as exc:  # noqa: BLE001 - a database restart must not end the page
+            print(f"waiting for cases: the store did not answer ({exc}); retrying",
+                  file=sys.stderr, flush=True)  # fmt: skip
+            return False
+
     try:
-        while not archive_has_embeddings(store, encoder.encoder_id):
+        while not has_cases():
             if stop is not None and stop.wait(poll_s):
                 return None
             if stop is None:
