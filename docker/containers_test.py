@@ -222,6 +222,14 @@ def pip_volumes(work: Path, without: tuple[str, ...] = ()) -> list[str]:
     bundle = os.environ.get("PIP_CERT") or os.environ.get("SSL_CERT_FILE")
     if bundle and "cert" not in settings:
         settings["cert"] = bundle
+    # files (the CA bundle, a constraints file) go to a folder of their own: mounted over the
+    # image's /etc they would block a package that writes there (ca-certificates' own bundle)
+    volumes = []
+    for key, value in list(settings.items()):
+        if str(value).startswith("/") and Path(value).is_file():
+            inside = f"/run/host-pip/{key}-{Path(value).name}"
+            volumes.append(f"-v={value}:{inside}:ro")
+            settings[key] = inside
     conf = work / ("pip.conf" if not without else f"pip-without-{'-'.join(without)}.conf")
     conf.write_text("[global]\n" + "".join(f"{k} = {v}\n" for k, v in settings.items()))
     paths = set()
@@ -230,12 +238,11 @@ def pip_volumes(work: Path, without: tuple[str, ...] = ()) -> list[str]:
             path = word.removeprefix("file://").rstrip("/")
             if Path(path).name == "simple":  # an index's pages link to files beside it
                 path = str(Path(path).parent)
-            if path.startswith("/") and Path(path).exists():
-                paths.add(path.rstrip("/") if Path(path).is_dir() else path)
-    folders = sorted(p for p in paths if Path(p).is_dir())
-    # a folder named inside another mounted folder is mounted with it
-    kept = [p for p in sorted(paths) if not any(p != f and p.startswith(f + "/") for f in folders)]
-    return [f"-v={conf}:/etc/pip.conf:ro"] + [f"-v={p}:{p}:ro" for p in kept]
+            if path.startswith("/") and Path(path).is_dir():
+                paths.add(path)
+    # a folder inside another mounted folder is mounted with it
+    kept = [p for p in sorted(paths) if not any(p.startswith(f + "/") for f in paths)]
+    return [f"-v={conf}:/etc/pip.conf:ro", *volumes] + [f"-v={p}:{p}:ro" for p in kept]
 
 
 def build(run: Run, engine: str, name: str, dockerfile: str, context: Path, args: dict,
