@@ -515,6 +515,9 @@ def main(argv: list[str] | None = None) -> int:
         with run.step("compose tool"):
             compose = compose_command(run, engine)
         stack = Stack(run, engine, files, secrets_env, compose)
+        env_file = work / "stack.env"  # for --keep: `podman-compose --env-file` reaches the stack
+        env_file.touch(mode=0o600)
+        env_file.write_text("".join(f"{k}={v}\n" for k, v in secrets_env.items()))
         stack("down", "-v", check=False)  # what a previous, interrupted run left
         with run.step("start stack (up -d until healthy)"):
             stack("up", "-d", "--no-build")
@@ -549,6 +552,7 @@ def main(argv: list[str] | None = None) -> int:
         if stack is not None and not options.keep:
             with run.step("tear down (down -v)"):
                 stack("down", "-v", check=False)
+            (work / "stack.env").unlink(missing_ok=True)
     run.times.append(("total", time.monotonic() - total))
     (ARTIFACTS / "times.json").write_text(
         json.dumps({"engine": engine, "steps": dict(run.times), "passed": failed is None},
