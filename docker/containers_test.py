@@ -203,14 +203,16 @@ def debootstrap_base(run: Run, engine: str) -> None:
 
 
 # ------------------------------------------------------------------- pip settings for builds
-def pip_volumes(work: Path, without: tuple[str, ...] = ()) -> list[str]:
+def pip_volumes(work: Path, without: tuple[str, ...] = (), listed: str | None = None) -> list[str]:
     """`-v` arguments that hand the host's pip configuration to a podman build, read-only: the
     merged settings as /etc/pip.conf, every file and folder they name, and the CA bundle.
     ``without``: settings left out (the CUDA build drops find-links, where a local CPU torch
-    wheel would win over the index's CUDA build)."""
-    listed = subprocess.run(
-        [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True
-    ).stdout
+    wheel would win over the index's CUDA build). ``listed``: `pip config list`'s output
+    (default: this Python's)."""
+    if listed is None:
+        listed = subprocess.run(
+            [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True
+        ).stdout
     settings: dict[str, str] = {}
     for line in listed.splitlines():
         key, _, value = line.partition("=")
