@@ -2,7 +2,8 @@
 
 Routes under ``/dicomweb`` (PS3.18; GET only, JSON as ``application/dicom+json``):
 
-- QIDO-RS ``/studies`` (``StudyInstanceUID`` filter), ``/studies/{study}/series``,
+- QIDO-RS ``/studies`` (``StudyInstanceUID`` and ``PatientID`` filters, other keys ignored),
+  ``/studies/{study}/series``,
   ``/studies/{study}/series/{series}/instances``;
 - WADO-RS ``/studies/{study}/metadata``, ``/studies/{study}/series/{series}/metadata``,
   ``.../instances/{sop}/metadata`` and ``.../instances/{sop}/frames/1`` (multipart/related,
@@ -130,6 +131,7 @@ class DicomWebEndpoint:
         for value in request.query_params.getlist("StudyInstanceUID"):
             wanted |= {v.strip() for v in value.replace("\\", ",").split(",") if v.strip()}
         allowed = self.access.studies_of(caller.session, caller.user)
+        patient = request.query_params.get("PatientID") or request.query_params.get("00100020")
         answers = []
         for study in sorted(allowed & wanted if wanted else allowed):
             try:
@@ -137,6 +139,8 @@ class DicomWebEndpoint:
             except LookupError:
                 continue
             first = instances[0][1].metadata
+            if patient and _value(first, "00100020") != patient:
+                continue  # OHIF asks for a patient's other studies (priors) by PatientID
             row = {k: first[k] for k in _STUDY_KEYS if k in first}
             modalities = sorted({_value(i.metadata, "00080060") for _, i in instances} - {None})
             row["00080061"] = {"vr": "CS", "Value": modalities}

@@ -56,3 +56,13 @@ def test_a_tarball_with_another_checksum_is_refused(tmp_path, monkeypatch):
 def test_a_missing_install_says_how_to_install():
     with pytest.raises(FileNotFoundError, match="make setup"):
         find_ohif(__import__("pathlib").Path("/nonexistent/ohif/dist"))
+
+
+def test_the_makefile_installs_the_version_the_app_serves():
+    import re
+    from pathlib import Path
+
+    from chexretrieve.viewer_web.ohif import OHIF_VERSION
+
+    makefile = (Path(__file__).resolve().parents[2] / "Makefile").read_text(encoding="utf-8")
+    assert re.search(r"^OHIF_VERSION := (\S+)$", makefile, re.M).group(1) == OHIF_VERSION

@@ -188,6 +188,10 @@ def test_a_radiologist_sees_phi_and_two_studies_open_side_by_side(world):
     assert metadata[0]["00100010"]["Value"] == [{"Alphabetic": "Secret^Name1"}]
     listed = client.get("/dicomweb/studies", headers=_as(client, "dr.alice", cookie)).json()
     assert sorted(row["0020000D"]["Value"][0] for row in listed) == sorted([a_study, b_study])
+    # the priors of one patient: only that patient's allowed studies
+    priors = client.get("/dicomweb/studies", params={"PatientID": "PID-2"},
+                        headers=_as(client, "dr.alice", cookie)).json()  # fmt: skip
+    assert [row["0020000D"]["Value"][0] for row in priors] == [b_study]
 
 
 def test_ohif_files_are_ours_rebased_and_nothing_else_is_served(world):
