@@ -131,6 +131,26 @@ def _web_instance(path: Path, config: ReadConfig, notes: list[str], deidentify: 
     return WebInstance(metadata, frame, study, series, sop)
 
 
+def thumbnail_jpeg(
+    path: str | Path, max_side: int = 128, config: ReadConfig | None = None
+) -> bytes:
+    """A JPEG of the file under its own default window (inverted when its low values show
+    white), longer side at most ``max_side``: WADO-RS's ``thumbnail``."""
+    import io
+
+    from PIL import Image
+
+    from chexretrieve.dicom.viewing import linear_window, read_pixel_values
+
+    values = read_pixel_values(path, config, max_side * 4)
+    grey = linear_window(values.values, values.default_center, values.default_width, values.invert)
+    image = Image.fromarray(grey)
+    image.thumbnail((max_side, max_side), Image.LANCZOS)
+    out = io.BytesIO()
+    image.save(out, format="JPEG", quality=85)
+    return out.getvalue()
+
+
 def _positive(value) -> bool:
     try:
         return float(value) > 0

@@ -7,7 +7,8 @@ Routes under ``/dicomweb`` (PS3.18; GET only, JSON as ``application/dicom+json``
   ``/studies/{study}/series/{series}/instances``;
 - WADO-RS ``/studies/{study}/metadata``, ``/studies/{study}/series/{series}/metadata``,
   ``.../instances/{sop}/metadata`` and ``.../instances/{sop}/frames/1`` (multipart/related,
-  one ``application/octet-stream`` part in Explicit VR Little Endian).
+  one ``application/octet-stream`` part in Explicit VR Little Endian) and ``thumbnail`` (a
+  JPEG under the image's own window; also at series and study level).
 
 A study is answered only when it is in the caller's viewer session (``ViewerAccess``: studies
 the user reached through a search); anything else is 404, as if it did not exist. Every
@@ -28,7 +29,12 @@ from dataclasses import dataclass
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from chexretrieve.dicom.dicomweb import FRAME_TRANSFER_SYNTAX, WebInstance, web_instance
+from chexretrieve.dicom.dicomweb import (
+    FRAME_TRANSFER_SYNTAX,
+    WebInstance,
+    thumbnail_jpeg,
+    web_instance,
+)
 from chexretrieve.viewer_web.access import SESSION_COOKIE, ViewerAccess
 
 DICOM_JSON = "application/dicom+json"
@@ -44,6 +50,9 @@ _ROUTES = [
     ("series_metadata", re.compile(rf"^{_SERIES}/metadata/?$")),
     ("instance_metadata", re.compile(rf"^{_INSTANCE}/metadata/?$")),
     ("frames", re.compile(rf"^{_INSTANCE}/frames/(?P<frames>[0-9,]{{1,32}})/?$")),
+    ("thumbnail", re.compile(rf"^{_INSTANCE}/thumbnail/?$")),
+    ("thumbnail", re.compile(rf"^{_SERIES}/thumbnail/?$")),
+    ("thumbnail", re.compile(rf"^{_STUDY}/thumbnail/?$")),
 ]
 _STUDY_KEYS = ("00080020", "00080030", "00080050", "00081030", "00100010", "00100020",
                "00100030", "00100040", "00101010", "0020000D", "00200010")  # fmt: skip
@@ -208,6 +217,26 @@ class DicomWebEndpoint:
         )
         media = f'multipart/related; type="application/octet-stream"; boundary={boundary}'
         return Response(body, media_type=media, headers={"Cache-Control": "no-store"})
+
+    def _thumbnail(self, request, caller, study, series=None, sop=None):
+        """The first matching image under its own window, as a JPEG of at most ``viewport``
+        (``W,H``; 128 by default, 512 at most) on the longer side."""
+        try:
+            side = max(int(v) for v in request.query_params.get("viewport", "128").split(","))
+        except ValueError:
+            side = 128
+        side = min(max(side, 16), 512)
+        self._study(caller, study)  # LookupError unless this session may read the study
+        for image_id, path in self.studies().get(study, []):
+            instance = self._instance(str(path), caller.phi)
+            if series not in (None, instance.series_uid) or sop not in (None, instance.sop_uid):
+                continue
+            self._audit(caller, image_id, study, "dicomweb thumbnail")
+            return Response(
+                thumbnail_jpeg(path, side, self.read_config), media_type="image/jpeg",
+                headers={"Cache-Control": "no-store"},
+            )  # fmt: skip
+        raise LookupError(study)
 
 
 def _value(metadata: dict, tag: str):

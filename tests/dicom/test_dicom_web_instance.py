@@ -96,3 +96,29 @@ def test_compressed_and_real_files_send_what_pydicom_decodes(name):
     np.testing.assert_array_equal(frame, expected)
     spacing = shown.metadata.get("00280030", {}).get("Value")
     assert spacing is None or all(float(v) > 0 for v in spacing)  # RG1's zero spacing is dropped
+
+
+@pytest.mark.parametrize("photometric", ["MONOCHROME1", "MONOCHROME2"])
+def test_the_thumbnail_is_the_file_under_its_own_window(tmp_path, photometric):
+    """A left-to-right ramp of stored values: under MONOCHROME2 low values show black, under
+    MONOCHROME1 white (the thumbnail OHIF's study browser shows)."""
+    import io
+
+    from PIL import Image
+
+    from chexretrieve.dicom.dicomweb import thumbnail_jpeg
+
+    ramp = np.tile(np.linspace(0, 4095, 200).astype(np.uint16), (100, 1))
+    path = tmp_path / "ramp.dcm"
+    write_radiograph(path, ramp, {"StudyInstanceUID": derive_uid("t", 1),
+                                  "SeriesInstanceUID": derive_uid("t", 2),
+                                  "SOPInstanceUID": derive_uid("t", 3), "Modality": "CR",
+                                  "PatientID": "T"}, photometric=photometric)  # fmt: skip
+    stored = pydicom.dcmread(path).pixel_array.astype(float)
+    low_left = stored[:, :6].mean() < stored[:, -6:].mean()  # how the writer stored the ramp
+    with Image.open(io.BytesIO(thumbnail_jpeg(path, 64))) as image:
+        grey = np.asarray(image.convert("L"), dtype=float)
+    assert max(grey.shape) == 64
+    left, right = grey[:, :6].mean(), grey[:, -6:].mean()
+    left_white = low_left == (photometric == "MONOCHROME1")
+    assert (left > 240 and right < 15) if left_white else (left < 15 and right > 240)

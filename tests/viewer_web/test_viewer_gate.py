@@ -97,6 +97,8 @@ def _routes(study, series, sop):
         f"/dicomweb/studies/{study}/series/{series}/metadata",
         f"/dicomweb/studies/{study}/series/{series}/instances/{sop}/metadata",
         f"/dicomweb/studies/{study}/series/{series}/instances/{sop}/frames/1",
+        f"/dicomweb/studies/{study}/series/{series}/instances/{sop}/thumbnail?viewport=64,64",
+        f"/dicomweb/studies/{study}/thumbnail",
     ]
 
 
@@ -151,7 +153,7 @@ def test_a_link_opens_its_studies_for_its_user_only(world):
         assert stolen.status_code == 404 or stolen.json() == [], path
     for path in _routes(b_study, b_series, b_sop)[2:]:  # the study its search did not show
         assert client.get(path, headers=_as(client, "student.bob", cookie)).status_code == 404
-    frame = client.get(_routes(a_study, a_series, a_sop)[-1],
+    frame = client.get(_routes(a_study, a_series, a_sop)[7],
                        headers=_as(client, "student.bob", cookie))  # fmt: skip
     assert frame.headers["content-type"].startswith("multipart/related")
     boundary = frame.headers["content-type"].split("boundary=")[1]
@@ -164,6 +166,9 @@ def test_a_link_opens_its_studies_for_its_user_only(world):
     metadata = client.get(_routes(a_study, a_series, a_sop)[4],
                           headers=_as(client, "student.bob", cookie)).json()  # fmt: skip
     assert "Secret" not in json.dumps(metadata) and "PID-1" not in json.dumps(metadata)
+    thumb = client.get(_routes(a_study, a_series, a_sop)[8],
+                       headers=_as(client, "student.bob", cookie))  # fmt: skip
+    assert thumb.headers["content-type"] == "image/jpeg" and thumb.content[:2] == b"\xff\xd8"
     views = [(e["user"], e["what"], e["image"]) for e in world["audit"].entries()]
     assert ("student.bob", "dicomweb frame", 11) in views
     assert ("student.bob", "dicomweb metadata", 11) in views
