@@ -1,0 +1,67 @@
+"""The "Open in viewer" links of a results page: one grant per page naming the query's and the
+results' studies; an archived query opens beside each result, an uploaded image (no archived
+study) leaves the result alone; each link opens exactly the studies it names."""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qs, urlsplit
+
+from ui_fakes import make_service, write_png
+
+from chexretrieve.ui.handlers import CaseLookup, SearchSettings
+from chexretrieve.ui.viewer_links import links_maker
+from chexretrieve.viewer_web.access import ViewerAccess
+
+FINDING = "Pleural Effusion"
+
+
+def _lookup(tmp_path):
+    lookup = CaseLookup(make_service(tmp_path), thumbnail_px=32, case_page_size=10)
+    access = ViewerAccess()
+    lookup.viewer_links = links_maker(access)
+    return lookup, access
+
+
+def _links(html: str) -> dict[int, tuple[str, list[str]]]:
+    import re
+
+    found = {}
+    for case, href in re.findall(r"data-case='(\d+)'.*?href='([^']+)'", html, flags=re.S):
+        query = parse_qs(urlsplit(href.replace("&amp;", "&")).query)
+        found.setdefault(int(case), (query["grant"][0], query["studies"][0].split(",")))
+    return found
+
+
+def test_an_archived_query_opens_beside_each_result(tmp_path):
+    lookup, access = _lookup(tmp_path)
+    query = lookup.load_case(5, user="dr.view")
+    page = lookup.search(query, SearchSettings(FINDING, "softmax"), user="dr.view")
+    links = _links(page.html)
+    assert set(links) == set(page.image_ids)
+    meta = lookup.gallery.metadata
+    query_study = meta.loc[5, "study_uid"]
+    grants = {grant for grant, _ in links.values()}
+    assert len(grants) == 1  # one grant for the page
+    for case, (grant, studies) in links.items():
+        expected = [query_study, meta.loc[case, "study_uid"]]
+        assert studies == (expected if expected[0] != expected[1] else expected[:1])
+        session = access.open(grant, "dr.view", studies)
+        assert all(access.allowed(session, "dr.view", s) for s in studies)
+    assert page.html.count("Open in viewer") == 2 * len(page.image_ids)  # card and row
+
+
+def test_an_uploaded_image_leaves_the_result_alone(tmp_path):
+    lookup, _ = _lookup(tmp_path)
+    path = tmp_path / "upload.png"
+    write_png(path, seed=99)
+    query = lookup.load_upload(str(path))
+    page = lookup.search(query, SearchSettings(FINDING, "softmax"), user="dr.view")
+    meta = lookup.gallery.metadata
+    for case, (_, studies) in _links(page.html).items():
+        assert studies == [meta.loc[case, "study_uid"]]
+
+
+def test_without_the_viewer_there_is_no_link(tmp_path):
+    lookup = CaseLookup(make_service(tmp_path), thumbnail_px=32, case_page_size=10)
+    page = lookup.search(lookup.load_case(5), SearchSettings(FINDING, "softmax"))
+    assert "Open in viewer" not in page.html and "cx-ohif" not in page.html
