@@ -48,15 +48,23 @@ def user_sees_phi(user: str) -> bool:
     return may_see_phi(user, role=None, accounts=False)
 
 
+_STUDIES_CACHE: dict[str, object] = {}
+
+
 def archive_studies(lookup):  # noqa: ANN001
-    """{study uid: [(image id, file path)]} of the archive as the search service holds it."""
+    """{study uid: [(image id, file path)]} of the archive as the search service holds it (built
+    once per gallery version: the gallery's metadata object and its length)."""
     meta = lookup.gallery.metadata
+    key = (id(meta), len(meta))
+    if _STUDIES_CACHE.get("key") == key:
+        return _STUDIES_CACHE["studies"]
     found: dict[str, list[tuple[int, str]]] = {}
     for image_id, study, path in zip(
         meta.index, meta["study_uid"], meta["source_path"], strict=True
     ):
         if isinstance(study, str) and study and isinstance(path, str) and path:
             found.setdefault(study, []).append((int(image_id), path))
+    _STUDIES_CACHE.update(key=key, studies=found)
     return found
 
 

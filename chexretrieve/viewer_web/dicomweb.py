@@ -26,6 +26,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -80,7 +81,7 @@ class DicomWebEndpoint:
         access: ViewerAccess,
         audit=None,
         read_config=None,
-        cache_entries: int = 32,
+        cache_entries: int = 16,
     ):
         self.studies = studies
         self.access = access
@@ -129,8 +130,9 @@ class DicomWebEndpoint:
         for name, pattern in _ROUTES:
             match = pattern.match(path)
             if match:
-                try:
-                    return getattr(self, "_" + name)(request, caller, **match.groupdict())
+                answer = getattr(self, "_" + name)
+                try:  # file reads and decoding off the server's event loop
+                    return await run_in_threadpool(answer, request, caller, **match.groupdict())
                 except LookupError:
                     return Response("not found", status_code=404, media_type="text/plain")
         return Response("not found", status_code=404, media_type="text/plain")

@@ -109,7 +109,7 @@ def browser_page(served):
         page.set_default_timeout(TIMEOUT_MS)
         page.goto(served["url"])
         page.wait_for_selector("#case-id textarea, #case-id input")
-        yield {"page": page, "outside": outside, "failed": failed}
+        yield {"page": page, "outside": outside, "failed": failed, "browser": browser}
         browser.close()
 
 
@@ -229,15 +229,12 @@ def test_dicomweb_answers_only_studies_a_viewer_session_was_given(browser_page, 
                 assert refused.code == 404, (path, refused.code)
 
 
-def test_viewer_and_dicomweb_sit_behind_the_apps_login(world, served):
+def test_viewer_and_dicomweb_sit_behind_the_apps_login(world, browser_page):
     """With `serve --login`, every viewer route is 401 until the same login as the case lookup;
     after it, the viewer's files are served to that session."""
-    from playwright.sync_api import sync_playwright
-
     from chexretrieve.ui.app import build_app, launch_app, open_case_lookup
     from chexretrieve.ui.config import UIConfig
 
-    _root_conftest().require_binary(CHROMIUM)
     config = UIConfig(
         db_url=world["db_url"], encoder="stand-in", port=free_port(),
         feature_cache_dir=world["root"] / "features", reports_dir=world["root"] / "reports",
@@ -256,20 +253,19 @@ def test_viewer_and_dicomweb_sit_behind_the_apps_login(world, served):
             with pytest.raises(urllib.error.HTTPError) as refused:
                 urllib.request.urlopen(url + path, timeout=30)
             assert refused.value.code == 401, path
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-            page = browser.new_page()
-            page.set_default_timeout(TIMEOUT_MS)
-            page.goto(url)
-            page.fill("input[type=text]", "clinician")
-            page.fill("input[type=password]", "s3cret-pass")
-            page.click("button:has-text('Login')")
-            page.wait_for_selector("#case-id textarea, #case-id input")
-            answer = page.request.get(url + "/viewer/app-config.js")
-            assert answer.status == 200 and "window.config" in answer.text()
-            assert page.request.get(url + "/dicomweb/studies").json() == []  # no search yet
-            forged = page.request.get(url + "/viewer/open?grant=x&studies=1.2", max_redirects=0)
-            assert forged.status == 403
-            browser.close()
+        context = browser_page["browser"].new_context()  # its own cookies
+        page = context.new_page()
+        page.set_default_timeout(TIMEOUT_MS)
+        page.goto(url)
+        page.fill("input[type=text]", "clinician")
+        page.fill("input[type=password]", "s3cret-pass")
+        page.click("button:has-text('Login')")
+        page.wait_for_selector("#case-id textarea, #case-id input")
+        answer = page.request.get(url + "/viewer/app-config.js")
+        assert answer.status == 200 and "window.config" in answer.text()
+        assert page.request.get(url + "/dicomweb/studies").json() == []  # no search yet
+        forged = page.request.get(url + "/viewer/open?grant=x&studies=1.2", max_redirects=0)
+        assert forged.status == 403
+        context.close()
     finally:
         app.close(verbose=False)
