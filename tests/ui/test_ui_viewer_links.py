@@ -65,3 +65,19 @@ def test_without_the_viewer_there_is_no_link(tmp_path):
     lookup = CaseLookup(make_service(tmp_path), thumbnail_px=32, case_page_size=10)
     page = lookup.search(lookup.load_case(5), SearchSettings(FINDING, "softmax"))
     assert "Open in viewer" not in page.html and "cx-ohif" not in page.html
+
+
+def test_the_compare_viewer_links_its_pair_to_ohif(tmp_path):
+    from chexretrieve.ui.compare import CompareViewer
+
+    lookup, access = _lookup(tmp_path)
+    query = lookup.load_case(5, user="dr.view")
+    page = lookup.search(query, SearchSettings(FINDING, "softmax"), user="dr.view")
+    picked = page.image_ids[0]
+    shown = CompareViewer(lookup, viewer_px=256).open(
+        query, picked, SearchSettings(FINDING), user="dr.view"
+    )
+    ((grant, studies),) = _links(f"<x data-case='{picked}'>{shown.details_html}").values()
+    meta = lookup.gallery.metadata
+    assert studies[-1] == meta.loc[picked, "study_uid"] and "OHIF viewer" in shown.details_html
+    access.open(grant, "dr.view", studies)  # a live grant for this user and pair
