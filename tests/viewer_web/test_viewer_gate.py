@@ -242,3 +242,29 @@ def test_grants_and_sessions_expire(monkeypatch):
     assert not access.allowed(session, "u", "1.2")
     with pytest.raises(PermissionError, match="expired"):
         access.open(grant, "u", ["1.2"])
+
+
+def test_with_a_pacs_ohif_reads_it_and_the_own_endpoint_is_off(tmp_path):
+    """`serve --dicomweb URL`: OHIF's one data source is that PACS, the page may connect to
+    that origin only besides this server, and /dicomweb answers nothing."""
+    pacs = "http://pacs.example.org:8042/dicom-web/"
+    site = OhifSite(_dist(tmp_path), pacs)
+    gate = ViewerGate(Behind(), user_of=lambda r: "dr.alice", phi_of=lambda u: True, site=site,
+                      endpoint=None, access=ViewerAccess())  # fmt: skip
+    client = TestClient(gate, base_url="http://127.0.0.1")
+    config = client.get("/viewer/app-config.js").text
+    assert 'const ROOT = "http://pacs.example.org:8042/dicom-web";' in config
+    assert "window.location.origin" not in config
+    csp = client.get("/viewer/").headers["content-security-policy"]
+    assert "connect-src 'self' blob: data: http://pacs.example.org:8042;" in csp
+    assert client.get("/dicomweb/studies").status_code == 404
+    with pytest.raises(ValueError, match="http"):
+        OhifSite(_dist(tmp_path / "other"), "file:///etc/passwd")
+
+
+def test_serve_refuses_a_dicomweb_url_that_is_not_http():
+    from chexretrieve.ui.config import UIConfig
+
+    with pytest.raises(ValueError, match="http"):
+        UIConfig(dicomweb_url="pacs.example.org/dicom-web")
+    assert UIConfig(dicomweb_url="https://pacs/dicom-web").dicomweb_url == "https://pacs/dicom-web"
