@@ -121,12 +121,9 @@ def _open_pair(page, query: int, result: int) -> None:
 
 
 def _preset(page, name: str) -> None:
+    """Press a preset and wait for the server's answer (the button shown pressed)."""
     page.click(f"#viewer [data-preset='{name}']")
-    page.wait_for_function(
-        "(n) => { const r = document.querySelector('#viewer .cx-window-readout');"
-        " return r && (r.innerText.match(new RegExp(n + ' preset', 'g')) || []).length === 2; }",
-        arg=name,
-    )
+    page.wait_for_selector(f"#viewer .cx-preset.cx-on[data-preset='{name}']")
 
 
 def _pane(page, side: str) -> dict:
