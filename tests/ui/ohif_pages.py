@@ -46,13 +46,22 @@ VOI_JS = """() => window.services.cornerstoneViewportService.getRenderingEngine(
 
 
 def load_case(page, case_id: int) -> None:
+    """Open archived case ``case_id`` as the query and wait for this load's results (a new
+    serial, even for the same case again) with their viewer links, nothing still running."""
+    before = page.evaluate(
+        "() => { const r = document.querySelector('#results .cx-results');"
+        " return r ? r.outerHTML : ''; }"
+    )
     page.fill(CASE_ID, str(case_id))
     page.click("#load-case")
     page.wait_for_function(
-        "(id) => { const t = document.querySelector('#results .cx-results-title');"
-        " return t && t.innerText.includes('case ' + id) &&"
-        " document.querySelector('#results a.cx-ohif'); }",
-        arg=case_id,
+        "([prev, id]) => { const e = document.querySelector('#results');"
+        " const r = e && e.querySelector('.cx-results[data-serial]');"
+        " const busy = e && e.querySelector('[data-testid=status-tracker]:not(.hide)');"
+        " const t = r && r.querySelector('.cx-results-title');"
+        " return r && r.outerHTML !== prev && !busy && t.innerText.includes('case ' + id) &&"
+        " r.querySelector('a.cx-ohif'); }",
+        arg=[before, case_id],
     )
 
 
