@@ -135,6 +135,8 @@ class DicomWebEndpoint:
                     return await run_in_threadpool(answer, request, caller, **match.groupdict())
                 except LookupError:
                     return Response("not found", status_code=404, media_type="text/plain")
+                except ValueError as exc:  # the audit trail cannot be written: nothing is sent
+                    return Response(str(exc), status_code=503, media_type="text/plain")
         return Response("not found", status_code=404, media_type="text/plain")
 
     def _studies(self, request: Request, caller: Caller) -> Response:

@@ -268,3 +268,16 @@ def test_serve_refuses_a_dicomweb_url_that_is_not_http():
     with pytest.raises(ValueError, match="http"):
         UIConfig(dicomweb_url="pacs.example.org/dicom-web")
     assert UIConfig(dicomweb_url="https://pacs/dicom-web").dicomweb_url == "https://pacs/dicom-web"
+
+
+def test_nothing_is_sent_when_the_audit_trail_cannot_be_written(world, tmp_path):
+    client, access = world["client"], world["access"]
+    study, series, sop, _ = world["a"]
+    grant = access.grant("dr.alice", [study])
+    cookie = _open(client, "dr.alice", grant, [study]).cookies[SESSION_COOKIE]
+    audit_path = world["audit"].path
+    audit_path.unlink(missing_ok=True)
+    audit_path.mkdir()  # a folder where the log file should be: every append fails
+    for path in _routes(study, series, sop)[4:]:
+        answer = client.get(path, headers=_as(client, "dr.alice", cookie))
+        assert answer.status_code == 503 and "audit trail" in answer.text, path
