@@ -78,12 +78,24 @@ def search_command(
             date_to=_date(date_to, "--date-to"),
             label_known=label_known,
         )
-        service = open_search_app(AppConfig(db_url=db, encoder=encoder)).service
-        radiograph = None
+        radiograph = None  # the query image is read first: what is wrong with it comes first
         if image is not None:
-            from chexretrieve.dicom import read_radiograph
+            from chexretrieve.dicom import RejectedFile, read_radiograph
+            from chexretrieve.dicom.query_messages import upload_message
 
-            radiograph = read_radiograph(image)
+            try:
+                radiograph = read_radiograph(image)
+            except RejectedFile as exc:  # said of a query image, not of an archive being ingested
+                raise ValueError(
+                    upload_message(
+                        image.name,
+                        exc.reason,
+                        exc.message,
+                        "The query image",
+                        "give --image a DICOM, PNG or JPEG chest radiograph",
+                    )  # fmt: skip
+                ) from None
+        service = open_search_app(AppConfig(db_url=db, encoder=encoder)).service
         result = service.search(
             SearchRequest(
                 finding=finding,

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from chexretrieve.findings import NOT_MENTIONED
 from chexretrieve.ui.render import format_age, format_date, format_text, label_word
 
 #: label statuses offered by the picker's filter ("any" = no filter), as Store.find_cases names them
@@ -21,7 +22,7 @@ STATUS_WORDS = {
     "positive": "positive",
     "negative": "negative",
     "uncertain": "uncertain",
-    "blank": "not mentioned",
+    "blank": NOT_MENTIONED,
     "unlabelled": "no labels",
 }
 _WHOLE = re.compile(r"^\d+$")

@@ -14,7 +14,7 @@ import gradio as gr
 
 from chexretrieve.findings import FINDINGS
 from chexretrieve.geometry import GEOMETRIES, geometry_name
-from chexretrieve.ui.case_picker import STATUS_CHOICES
+from chexretrieve.ui.case_picker import STATUS_CHOICES, STATUS_WORDS
 from chexretrieve.ui.compare import CompareViewer
 from chexretrieve.ui.config import UIConfig
 from chexretrieve.ui.events import PRIVATE, attempt, who
@@ -91,7 +91,7 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
                             min_width=120,
                         )
                         pick_status = gr.Dropdown(
-                            list(STATUS_CHOICES),
+                            [(STATUS_WORDS.get(s, s), s) for s in STATUS_CHOICES],
                             value="any",
                             label="Label of the finding",
                             elem_id="pick-status",
@@ -290,6 +290,9 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
                 )  # fmt: skip
                 ids = page.image_ids
                 feedback = CaseLookup.feedback_text(relevant, not_relevant)
+                if selected is None:  # nothing selected: a viewer of the query alone stays
+                    return ("", page.html, ids, None, feedback, NO_SELECTION, "",
+                            *(gr.skip(),) * 5)  # fmt: skip
                 if selected not in ids:
                     gone = ""
                     if selected is not None:
@@ -393,8 +396,11 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
     select_inputs = {query_state, ids_state, *settings_inputs, panel.window, panel.preset}
     select_outputs = [
         message, selected_state, explanation, selected_info, panel.column, panel.is_open,
-        panel.title, panel.images, panel.details, panel.message,
+        panel.title, panel.images, panel.details, panel.message, panel.relevant,
+        panel.not_relevant,
     ]  # fmt: skip
+    # the feedback buttons only where there is a result to mark (not in the query's own viewer)
+    marks_shown = (gr.update(visible=True), gr.update(visible=True))
 
     def select_result(data: dict, evt: gr.EventData, request: gr.Request):
         query, ids, window = data[query_state], tuple(data[ids_state] or ()), data[panel.window]
@@ -415,7 +421,7 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
             details = lookup.result_details(image_id, finding=settings.finding, what=None)
             return ("", image_id, lookup.explain(query, settings, image_id), details,
                     gr.update(visible=True), True, shown.title_html, shown.images_html,
-                    shown.details_html, "")  # fmt: skip
+                    shown.details_html, "", *marks_shown)  # fmt: skip
 
         return attempt(act, lambda t: (message_html(t), *(gr.skip(),) * (len(select_outputs) - 1)))
 
@@ -428,26 +434,28 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
                 preset=data[panel.preset],
             )  # fmt: skip
             return ("", gr.update(visible=True), True, shown.title_html, shown.images_html,
-                    shown.details_html)  # fmt: skip
+                    shown.details_html, gr.update(visible=False),
+                    gr.update(visible=False))  # fmt: skip
 
-        return attempt(act, lambda t: (message_html(t), *(gr.skip(),) * 5))
+        return attempt(act, lambda t: (message_html(t), *(gr.skip(),) * 7))
 
     open_query_btn.click(
         open_query, {query_state, *settings_inputs, panel.window, panel.preset},
-        [message, panel.column, panel.is_open, panel.title, panel.images, panel.details],
+        [message, panel.column, panel.is_open, panel.title, panel.images, panel.details,
+         panel.relevant, panel.not_relevant],
         **on_query,
     )  # fmt: skip
 
     # --------------------------------------------------------------- relevance feedback
     def mark(relevant_flag: bool):
         def handler(selected, relevant, not_relevant):
-            if selected is None:
+            if selected is None:  # said in the viewer too: a query-only viewer stays open
                 text = "Select a result first (click its card or row), then mark it."
-                return message_html(text), gr.skip(), gr.skip()
+                return message_html(text), message_html(text), gr.skip(), gr.skip()
             rel = set(relevant) - {selected}
             non = set(not_relevant) - {selected}
             (rel if relevant_flag else non).add(int(selected))
-            return "", tuple(sorted(rel)), tuple(sorted(non))
+            return "", "", tuple(sorted(rel)), tuple(sorted(non))
 
         return handler
 
@@ -460,7 +468,7 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
             button.click(
                 mark(flag),
                 [selected_state, *feedback_states],
-                [message, *feedback_states],
+                [message, panel.message, *feedback_states],
                 **quietly,
             ).then(quiet_search, search_inputs, search_outputs, **on_results)
     clear_btn.click(lambda: ((), ()), None, feedback_states, **quietly).then(

@@ -14,8 +14,10 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-#: CheXpert label value -> word shown to users
-LABEL_WORDS = {1.0: "positive", 0.0: "negative", -1.0: "uncertain"}
+from chexretrieve.findings import LABEL_WORDS, NOT_MENTIONED
+from chexretrieve.findings import label_word as finding_label_word
+
+__all__ = ["LABEL_WORDS", "NOT_MENTIONED"]  # re-exported: the words shown to users
 
 #: metadata shown for archived cases and uploads (no names, ids, UIDs or file paths: PHI-minimal)
 DETAIL_FIELDS = (
@@ -81,9 +83,10 @@ def format_text(value: object) -> str:
 
 
 def label_word(value: object) -> str:
+    """positive / negative / uncertain / not mentioned (one word set for every screen)."""
     if is_missing(value):
-        return "unknown"
-    return LABEL_WORDS.get(float(value), "unknown")
+        return NOT_MENTIONED
+    return finding_label_word(value)
 
 
 def format_score(score: float) -> str:
@@ -121,7 +124,7 @@ def details_html(title: str, meta: dict, notes: Sequence[str] = ()) -> str:
 
 
 def _chip(word: str) -> str:
-    return f"<span class='cx-label cx-{word}'>{word}</span>"
+    return f"<span class='cx-label cx-{word.replace(' ', '-')}'>{word}</span>"
 
 
 def hits_table_html(

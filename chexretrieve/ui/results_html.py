@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from chexretrieve.findings import FINDINGS
+from chexretrieve.findings import FINDINGS, NOT_MENTIONED
 from chexretrieve.ui.render import (
     esc,
     format_age,
@@ -198,15 +198,15 @@ def similarity_legend(geometry_display: str, candidates: int, baseline: bool) ->
 def labels_html(labels: Mapping[str, object] | None, finding: str | None = None) -> str:
     """Every finding's label as chips: the chosen finding first, then positives, uncertain,
     negatives; 'no labels' when the image has none (escaped)."""
-    if not labels or all(label_word(labels.get(f)) == "unknown" for f in FINDINGS):
+    if not labels or all(label_word(labels.get(f)) == NOT_MENTIONED for f in FINDINGS):
         return "<p class='cx-note'>No labels for this image.</p>"
-    order = {"positive": 0, "uncertain": 1, "negative": 2, "unknown": 3}
+    order = {"positive": 0, "uncertain": 1, "negative": 2, NOT_MENTIONED: 3}
     named = [(f, label_word(labels.get(f))) for f in FINDINGS]
     named.sort(key=lambda item: (item[0] != finding, order[item[1]], item[0]))
     chips = "".join(
         f"<span class='cx-finding'>{esc(f)} {_chip(word)}</span>"
         for f, word in named
-        if word != "unknown" or f == finding
+        if word != NOT_MENTIONED or f == finding
     )
     return f"<div class='cx-labels'>{chips}</div>"
 

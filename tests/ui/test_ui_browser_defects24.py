@@ -153,3 +153,51 @@ def test_defect_6_cosine_note_goes_away_not_relevant_leaves_and_free_text_is_nam
     _wait_results_change(page, before)
     assert "free text “small left effusion”" in page.inner_text("#results .cx-results-title")
     page.fill("#free-text input, #free-text textarea", "")
+
+
+def test_defect_11_one_label_word_one_query_heading_result_details_and_a_viewer_that_stays(
+    page, served
+):
+    from test_ui_browser import _close_viewer, _open_options, _open_result
+
+    from chexretrieve.findings import FINDINGS
+
+    lookup = served["lookup"]
+    labels = lookup.gallery.labels
+    missing = [int(i) for i in labels.index if labels.loc[i].isna().any()]
+    assert missing
+    words = ("positive", "negative", "uncertain", "not mentioned")
+    # the picker's status filter and its case labels use the same word
+    page.click("#browse button.label-wrap, #browse > button")
+    options = _open_options(page, "#pick-status")
+    page.keyboard.press("Escape")
+    assert "not mentioned" in options and "blank" not in options
+    # the query's chips and the results' column
+    _load_case(page, missing[0])
+    info = page.inner_text("#query-info")
+    assert "unknown" not in info
+    column = [row.split("\t") for row in page.inner_text("#results tbody").splitlines()]
+    assert all(("unknown" not in " ".join(r)) for r in column)
+    assert {c.inner_text() for c in page.locator("#results .cx-label").all()} <= set(words)
+    _ = FINDINGS
+
+    # the viewer: each side once, the result with its details table
+    case_id = _open_result(page, 1)
+    details = page.inner_text("#viewer-details")
+    assert details.count(f"Query: case {missing[0]}") == 1
+    assert "Query · case" not in details
+    assert f"Result: case {case_id}" in details
+    table = page.locator("#viewer-details .cx-details").nth(1).inner_text()
+    assert "View" in table and "Study date" in table
+    _close_viewer(page)
+
+    # the viewer of the query alone offers no "Relevant ✓" that would mark (or close) anything
+    page.click("#open-query")
+    page.wait_for_selector("#viewer .cx-pane[data-side='query'] .cx-view-img")
+    page.wait_for_selector("#viewer-mark-rel", state="hidden")
+    assert not page.locator("#viewer-mark-nonrel").is_visible()
+    assert page.locator("#viewer").is_visible()
+    _close_viewer(page)
+    _open_result(page, 2)  # a result again: the buttons are back
+    assert page.locator("#viewer-mark-rel").is_visible()
+    _close_viewer(page)
