@@ -66,6 +66,7 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
         relevant_state = gr.State(())
         not_relevant_state = gr.State(())
         page_state = gr.State(0)  # page of the case picker
+        upload_ok = gr.State(False)  # whether the last upload became the query
         with gr.Row(equal_height=False, elem_classes=["cx-lookup"]):
             with gr.Column(scale=1, min_width=300, elem_classes=["cx-query-panel"]):
                 with gr.Row(equal_height=True):
@@ -332,8 +333,6 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
             trigger(load_case, [widget, finding], query_outputs, **on_query).then(
                 quiet_search, search_inputs, search_outputs, **on_results
             )
-    upload_ok = gr.State(False)  # whether the last upload became the query
-
     def search_after_upload(data: dict, request: gr.Request, progress=gr.Progress()):
         if not data[upload_ok]:
             return (gr.skip(),) * len(search_outputs)
