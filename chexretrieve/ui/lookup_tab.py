@@ -22,6 +22,7 @@ from chexretrieve.ui.handlers import AGE_ANY, CaseLookup, SearchSettings, parse_
 from chexretrieve.ui.page_scripts import RESULTS_JS
 from chexretrieve.ui.render import message_html
 from chexretrieve.ui.upload_guard import refused_upload_message, upload_guard_js
+from chexretrieve.ui.url_state import PAGE_JS, restore, search_url, settings_from_url, with_url
 from chexretrieve.ui.viewer import DEFAULT_PRESET
 from chexretrieve.ui.viewer_panel import build_viewer_panel, wire_viewer_panel
 
@@ -133,7 +134,7 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
             with gr.Column(scale=3, min_width=600):
                 message = gr.HTML(
                     elem_id="lookup-message",
-                    js_on_load=upload_guard_js("upload", config.max_upload_mb),
+                    js_on_load=upload_guard_js("upload", config.max_upload_mb) + PAGE_JS,
                 )
                 with gr.Row(equal_height=True):
                     finding = gr.Dropdown(
@@ -291,8 +292,9 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
                 )  # fmt: skip
                 ids = page.image_ids
                 feedback = CaseLookup.feedback_text(relevant, not_relevant)
+                html = with_url(page.html, search_url(query, settings))  # the page's address
                 if selected is None:  # nothing selected: a viewer of the query alone stays
-                    return ("", page.html, ids, None, feedback, NO_SELECTION, "",
+                    return ("", html, ids, None, feedback, NO_SELECTION, "",
                             *(gr.skip(),) * 5)  # fmt: skip
                 if selected not in ids:
                     gone = ""
@@ -301,7 +303,7 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
                             f"Case {selected} is no longer in the top {len(ids)}; its selection "
                             "was cleared."
                         )
-                    return (message_html(gone, "info"), page.html, ids, None, feedback,
+                    return (message_html(gone, "info"), html, ids, None, feedback,
                             NO_SELECTION, "", gr.update(visible=False), False, gr.skip(),
                             gr.skip(), gr.skip())  # fmt: skip
                 explained = lookup.explain(query, settings, selected)
@@ -312,7 +314,7 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
                         record=False, preset=data[panel.preset],
                     )  # fmt: skip
                     viewer_outputs = (shown.title_html, shown.images_html, shown.details_html)
-                return ("", page.html, ids, selected, feedback, explained, gr.skip(),
+                return ("", html, ids, selected, feedback, explained, gr.skip(),
                         gr.skip(), gr.skip(), *viewer_outputs)  # fmt: skip
 
             def failed(text):
@@ -333,6 +335,7 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
             trigger(load_case, [widget, finding], query_outputs, **on_query).then(
                 quiet_search, search_inputs, search_outputs, **on_results
             )
+
     def search_after_upload(data: dict, request: gr.Request, progress=gr.Progress()):
         if not data[upload_ok]:
             return (gr.skip(),) * len(search_outputs)
@@ -475,15 +478,43 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
     )
 
     # ------------------------------------------------------------------ page load
-    def page_loaded(fnd):
+    restored_outputs = [anchor_set, message, finding, geometry, case_id, free_text, views, sex,
+                        age_min, age_max, date_from, date_to, label_known]  # fmt: skip
+
+    def page_loaded(fnd, request: gr.Request):
         """Anchor-set versions as they are now (a version saved before a reload is offered, and
-        the latest is the default, as for the CLI)."""
+        the latest is the default, as for the CLI), and the settings the address names."""
+        wanted = settings_from_url(getattr(request, "query_params", None))
 
         def act():
-            choices, default = lookup.anchor_set_choices(fnd or DEFAULT_FINDING)
-            return gr.update(choices=choices, value=default), ""
+            got = restore(lookup, wanted, fnd, DEFAULT_FINDING)
+            info = "" if got.uses_anchors else COSINE_NOTE
+            usable = {"interactive": got.uses_anchors, "info": info}
+            w = got.wanted
 
-        return attempt(act, lambda t: (gr.skip(), message_html(t)))
+            def value(v):
+                return gr.skip() if v is None else gr.update(value=v)
 
-    app.load(page_loaded, finding, [anchor_set, message], **quietly)
+            return (
+                gr.update(choices=got.anchor_choices, value=got.anchor_set, **usable), "",
+                gr.update(value=got.finding, **usable), value(got.geometry), value(w.case),
+                value(w.text), value(None if w.views is None else list(w.views)), value(w.sex),
+                value(w.age_min), value(w.age_max), value(w.date_from), value(w.date_to),
+                value(w.label_known),
+            )  # fmt: skip
+
+        def failed(text):
+            return (gr.skip(), message_html(text), *(gr.skip(),) * (len(restored_outputs) - 2))
+
+        return attempt(act, failed)
+
+    def load_linked_case(value, fnd, request: gr.Request):
+        """The case the address names, as if typed (nothing without one)."""
+        if settings_from_url(getattr(request, "query_params", None)).case is None:
+            return (gr.skip(),) * len(query_outputs)
+        return load_case(value, fnd, request)
+
+    app.load(page_loaded, finding, restored_outputs, **quietly).then(
+        load_linked_case, [case_id, finding], query_outputs, **on_query
+    ).then(quiet_search, search_inputs, search_outputs, **on_results)
     return LookupTab(finding=finding, anchor_set=anchor_set)

@@ -201,3 +201,60 @@ def test_defect_11_one_label_word_one_query_heading_result_details_and_a_viewer_
     _open_result(page, 2)  # a result again: the buttons are back
     assert page.locator("#viewer-mark-rel").is_visible()
     _close_viewer(page)
+
+
+def test_defect_8_tab_closes_dropdowns_back_closes_the_viewer_and_the_url_keeps_the_search(
+    page, server
+):
+    from test_ui_browser import _choose, _open_result
+
+    # Tab through Finding, Anchor set and Geometry: no list is left open
+    page.click("#finding input")
+    page.wait_for_selector("#finding li[role='option']")
+    for _ in range(3):
+        page.keyboard.press("Tab")
+    page.wait_for_function(
+        "() => document.activeElement.tagName === 'TEXTAREA'"
+        " && !document.querySelector('ul[role=listbox]')"
+        " && !document.querySelector('input[role=combobox][aria-expanded=true]')"
+    )  # on the old page three lists stayed open: this wait timed out
+
+    # the search is in the address: case, finding, geometry and filters
+    _load_case(page, 7)
+    before = _results_html(page)
+    _choose(page, "#geometry", "Gaussian")
+    _wait_results_change(page, before)
+    page.click("#filters button.label-wrap")
+    page.get_by_label("AP", exact=True).check()
+    before = _results_html(page)
+    page.click("#search")
+    _wait_results_change(page, before)
+    page.wait_for_function("() => location.search.includes('view=AP')")
+    url = page.url
+    assert "case=7" in url and "geometry=gaussian" in url and "finding=Pleural+Effusion" in url
+    shown = _result_ids(page)
+
+    # Back with the viewer open closes the viewer and stays in the app
+    _open_result(page, 1)
+    page.go_back()
+    page.wait_for_selector("#viewer", state="hidden")
+    assert page.url == url
+
+    # a refresh restores the query, the settings, the filters and the results
+    page.reload()
+    page.wait_for_selector("#results .cx-results[data-serial] .cx-card")
+    assert page.input_value(CASE_ID) == "7"
+    assert "Gaussian" in page.inner_text("#results .cx-results-title")
+    assert "query: case 7" in page.inner_text("#results .cx-results-title")
+    assert _result_ids(page) == shown
+    page.click("#filters button.label-wrap")
+    assert page.get_by_label("AP", exact=True).is_checked()
+
+    # a link to a case and a finding
+    page.goto(server + "?case=9&finding=Edema")
+    page.wait_for_selector("#results .cx-results[data-serial] .cx-card")
+    title = page.inner_text("#results .cx-results-title")
+    assert title.startswith("Edema") and "query: case 9" in title
+    assert page.input_value("#anchor-set input").startswith("edema.")
+    page.goto(server)  # leave the shared page as the other tests expect it
+    page.wait_for_selector(CASE_ID)

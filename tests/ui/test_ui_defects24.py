@@ -30,3 +30,32 @@ def test_an_upload_refused_in_the_browser_is_named_with_its_size_and_the_cap() -
     assert "archive" not in text
     js = upload_guard_js("upload", 50)
     assert str(50 * 1024 * 1024) in js and "#upload" in js and "@" not in js
+
+
+def test_the_address_of_a_search_round_trips_through_the_parameters() -> None:
+    import datetime as dt
+    import urllib.parse
+
+    from chexretrieve.search.gallery import SearchFilters
+    from chexretrieve.ui.handlers import QueryImage, SearchSettings
+    from chexretrieve.ui.url_state import search_url, settings_from_url, with_url
+
+    query = QueryImage(source="case", name="case 7", pixels=None, metadata={}, case_id=7)
+    settings = SearchSettings(
+        finding="Pleural Effusion", geometry="gaussian", anchor_set="pleural_effusion.b@2",
+        filters=SearchFilters(views=("AP", "PA"), sex="F", age_min=30, date_to=dt.date(2024, 3, 1),
+                              label_known=True),
+        text="small left effusion & more",
+    )  # fmt: skip
+    url = search_url(query, settings)
+    params = urllib.parse.parse_qs(url[1:])
+    back = settings_from_url(params)
+    assert back.case == "7" and back.finding == "Pleural Effusion" and back.geometry == "gaussian"
+    assert back.anchor_set == "pleural_effusion.b@2" and back.text == "small left effusion & more"
+    assert back.views == ("AP", "PA") and back.sex == "F" and back.age_min == 30.0
+    assert back.age_max is None and back.date_to == "2024-03-01" and back.label_known is True
+    upload = QueryImage(source="upload", name="the uploaded image", pixels=None, metadata={})
+    assert "case=" not in search_url(upload, settings)  # an upload never enters the address
+    assert settings_from_url({}).empty and settings_from_url(None).empty
+    html = with_url("<div class='cx-results' data-serial='3'>x</div>", "?a='b'")
+    assert html.startswith("<div class='cx-results' data-url='?a=%27b%27' data-serial='3'>")
