@@ -13,7 +13,7 @@ import os
 import gradio as gr
 
 from chexretrieve.ui.config import UIConfig
-from chexretrieve.ui.curation import CurationDesk
+from chexretrieve.ui.curation import CurationDesk, DraftDesk
 from chexretrieve.ui.curation_tab import build_curation_tab
 from chexretrieve.ui.evaluation_tab import build_evaluation_tab
 from chexretrieve.ui.handlers import CaseLookup
@@ -27,7 +27,7 @@ def build_app(
 ) -> gr.Blocks:
     """The whole UI over one archive; ``serve_app`` launches it, tests may launch it themselves."""
     config = config or UIConfig()
-    curation = curation or CurationDesk(anchors_dir=lookup.anchors_dir)
+    curation = curation or DraftDesk(anchors_dir=lookup.anchors_dir)
     purge = (min(config.upload_max_age_s, 60), config.upload_max_age_s)  # (every s, older than s)
     with gr.Blocks(title="chexretrieve · case lookup", fill_width=True, delete_cache=purge) as app:
         gr.HTML(
@@ -70,7 +70,7 @@ def open_case_lookup(config: UIConfig) -> tuple[CaseLookup, CurationDesk]:
         audit=audit,
         report_texts=ReportTexts(config.reports_csv),
     )
-    curation = CurationDesk(config.anchors_dir, store, root.encoder, lambda: service.gallery)
+    curation = DraftDesk(config.anchors_dir, store, root.encoder, lambda: service.gallery)
     return lookup, curation
 
 

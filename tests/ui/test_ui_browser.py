@@ -758,8 +758,8 @@ def test_defect_6_a_saved_anchor_version_survives_a_reload_and_is_the_default(pa
         "() => document.querySelector('#cur-table').innerText.includes('pleural_effusion.a@1')"
     )
     text = page.input_value("#cur-edit textarea")
-    page.fill("#cur-edit textarea", text + "\n+ Layering right pleural fluid.")
-    page.click("#cur-save")
+    page.fill("#cur-edit textarea", text + "\n+ Layering right pleural effusion.")
+    page.click("#cur-publish")  # published at once (issue 24: a draft is saved first otherwise)
     _wait_text(page, "#cur-status", "pleural_effusion.a@2")
     assert latest_anchor_set("Pleural Effusion", root=world["anchors"]).key == (
         "pleural_effusion.a@2"
@@ -778,7 +778,7 @@ def test_defect_6_a_saved_anchor_version_survives_a_reload_and_is_the_default(pa
     page.wait_for_function(
         "() => document.querySelector('#cur-set input').value === 'pleural_effusion.a@2'"
     )
-    _wait_text(page, "#cur-table", "Layering right pleural fluid.")
+    _wait_text(page, "#cur-table", "Layering right pleural effusion.")
     page.get_by_role("tab", name="Case lookup").click()
     _load_case(page, 5)
     assert "anchors pleural_effusion.a@2" in page.inner_text("#results .cx-results-title")
@@ -861,7 +861,7 @@ def test_curation_saves_a_new_version_and_measures_impact(page, world):
     assert text.startswith("+ ")
     page.fill("#cur-edit textarea", text + "\n+ Patchy opacity in the right lower zone.")
     page.fill("#cur-desc input, #cur-desc textarea", "browser test edit")
-    page.click("#cur-save")
+    page.click("#cur-publish")
     _wait_text(page, "#cur-status", "lung_opacity.a@2")
     assert "1 added" in page.inner_text("#cur-status")
     saved = world["anchors"] / "findings" / "lung_opacity" / "v2-a.yaml"

@@ -258,3 +258,42 @@ def test_defect_8_tab_closes_dropdowns_back_closes_the_viewer_and_the_url_keeps_
     assert page.input_value("#anchor-set input").startswith("edema.")
     page.goto(server)  # leave the shared page as the other tests expect it
     page.wait_for_selector(CASE_ID)
+
+
+def test_defect_3_draft_impact_with_an_interval_publish_and_revert(page, world):
+    from chexretrieve.anchors import latest_anchor_set
+
+    page.get_by_role("tab", name="Curation").click()
+    page.wait_for_selector("#cur-table table")
+    _choose_cur = __import__("test_ui_browser")._choose
+    _choose_cur(page, "#cur-finding", "Lung Opacity")
+    page.wait_for_function(
+        "() => document.querySelector('#cur-table').innerText.includes('lung_opacity.a@1')"
+    )
+    latest = latest_anchor_set("Lung Opacity", root=world["anchors"]).key
+    text = page.input_value("#cur-edit textarea")
+    page.fill("#cur-edit textarea", text + "\n+ The patient likes pizza.")
+    page.click("#cur-save")
+    status = _wait_text(page, "#cur-status", "Draft of")
+    assert "edited from lung_opacity.a@1" in status and "pizza" in status  # flagged off-topic
+    assert latest_anchor_set("Lung Opacity", root=world["anchors"]).key == latest  # not published
+    page.click("#cur-impact")  # an unpublished edit is measured against its base
+    impact = _wait_text(page, "#cur-impact-report", "AUPRC")
+    assert "lung_opacity.a@1 → the edit of lung_opacity.a@1" in impact and "95 % interval" in impact
+    page.click("#cur-publish")
+    assert "not published" in _wait_text(page, "#cur-status", "not published")
+    assert latest_anchor_set("Lung Opacity", root=world["anchors"]).key == latest
+    page.fill("#cur-edit textarea", text + "\n+ Patchy opacity in the left lower zone.")
+    page.click("#cur-publish")
+    _wait_text(page, "#cur-status", "Published")
+    published = latest_anchor_set("Lung Opacity", root=world["anchors"])
+    assert published.key != latest and "Patchy opacity in the left lower zone." in published.sentences
+    _choose_cur(page, "#cur-set", "lung_opacity.a@1")
+    page.click("#cur-revert")
+    _wait_text(page, "#cur-status", "Reverted")
+    back = latest_anchor_set("Lung Opacity", root=world["anchors"])
+    assert back.version == published.version + 1
+    assert "Patchy opacity in the left lower zone." not in back.sentences
+    assert back.description == "revert to lung_opacity.a@1"
+    _shot(page, "24-03-curation-drafts")
+    page.get_by_role("tab", name="Case lookup").click()
