@@ -287,7 +287,9 @@ def test_defect_3_draft_impact_with_an_interval_publish_and_revert(page, world):
     page.click("#cur-publish")
     _wait_text(page, "#cur-status", "Published")
     published = latest_anchor_set("Lung Opacity", root=world["anchors"])
-    assert published.key != latest and "Patchy opacity in the left lower zone." in published.sentences
+    assert (
+        published.key != latest and "Patchy opacity in the left lower zone." in published.sentences
+    )
     _choose_cur(page, "#cur-set", "lung_opacity.a@1")
     page.click("#cur-revert")
     _wait_text(page, "#cur-status", "Reverted")
