@@ -12,6 +12,7 @@ this is the score of the Rocchio-moved query, computed from cached features alon
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -23,7 +24,12 @@ import numpy as np
 from chexretrieve.findings import canonical_finding
 from chexretrieve.search.config import SearchConfig
 from chexretrieve.search.duplicates import find_copies
-from chexretrieve.search.explain import Explanation, explain_pair
+from chexretrieve.search.explain import (
+    Explanation,
+    explain_gaussian_pair,
+    explain_pair,
+    without_other_side,
+)
 from chexretrieve.search.features import (
     FeatureCache,
     GeometrySpec,
@@ -334,20 +340,36 @@ class SearchService:
         order = np.lexsort((gallery.image_ids[rows], -scores))
         return rows[order], scores[order]
 
-    def explain(self, request: SearchRequest, result_id: int) -> Explanation:
-        """Explain why ``result_id`` is close to the request's query for its finding."""
+    def explain(
+        self, request: SearchRequest, result_id: int, side: str | None = None
+    ) -> Explanation:
+        """Explain why ``result_id`` is close to the request's query for its finding, in the
+        terms of the request's geometry where its score splits by anchor sentence (softmax: the
+        images' softmax weights; Gaussian: each sentence's share of the Mahalanobis distance),
+        else by the softmax profile, marked ``approximate``. ``side`` ("left" / "right", the
+        query's finding side) leaves out sentences that name only the other side."""
         gallery = self._gallery_for(request, result_id)
         query, _ = self._query_embedding(request, gallery)
         anchor_set = self.anchors.anchor_set(canonical_finding(request.finding), request.anchor_set)
-        return explain_pair(
+        spec = parse_geometry(request.geometry)
+        top = self.config.explanation_anchors
+        arguments = (
             query,
             _unit_row(gallery, gallery.row_of(result_id)),
             anchor_set.embeddings,
             anchor_set.sentences,
             self.inv_temperature,
-            self.config.explanation_anchors,
+            3 * top if side in ("left", "right") else top,
             anchor_set.polarities or None,
         )
+        if spec.kind == "gaussian":  # the posterior's covariance also holds the prior's share
+            found = dataclasses.replace(
+                explain_gaussian_pair(*arguments), approximate=spec.posterior
+            )
+        else:
+            own = spec.kind == "softmax" and not spec.posterior
+            found = dataclasses.replace(explain_pair(*arguments), approximate=not own)
+        return without_other_side(found, side, top)
 
     # ----------------------------------------------------------------------------- helpers
     def _top_k(self, top_k: int | None) -> int:

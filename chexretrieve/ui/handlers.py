@@ -48,6 +48,22 @@ from chexretrieve.ui.upload_errors import upload_message
 #: of unknown age are kept until the user narrows the range)
 AGE_ANY = (0, 120)
 
+
+def report_side(report: str | None, finding: str) -> str | None:
+    """ "left" or "right" when the report's sentences about the finding name that side only."""
+    from chexretrieve.anchors.topics import mentions_finding
+    from chexretrieve.search.explain import sentence_side
+
+    if not report:
+        return None
+    sides = {
+        sentence_side(sentence)
+        for sentence in report.replace("?", ".").split(".")
+        if sentence.strip() and mentions_finding(sentence, finding)
+    } - {None}
+    return next(iter(sides)) if len(sides) == 1 and sides <= {"left", "right"} else None
+
+
 #: what marking a result does, said under the feedback buttons
 FEEDBACK_RULE = (
     "A case marked not relevant leaves the results and cases like it move down; cases like "
@@ -530,10 +546,11 @@ class CaseLookup(ArchiveThumbnails):
         if query is None:
             raise ValueError("pick a query first")
         request = self._request(query, settings, settings.geometry)
-        explanation = self.service.explain(request, int(image_id))
         finding = canonical_finding(settings.finding)
+        side = report_side(query.report, finding)  # the query's finding side, from its report
+        explanation = self.service.explain(request, int(image_id), side=side)
         key = self.service.anchors.anchor_set(finding, settings.anchor_set or None).key
-        html = explanation_html(explanation, query.name, int(image_id), finding, key)
+        html = explanation_html(explanation, query.name, int(image_id), finding, key, side)
         if not geometry_name(settings.geometry).needs_anchors:
             html += (
                 "<p class='cx-note'>Cosine ranked these results without anchors; the sentences "

@@ -292,7 +292,8 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
                 )  # fmt: skip
                 ids = page.image_ids
                 feedback = CaseLookup.feedback_text(relevant, not_relevant)
-                html = with_url(page.html, search_url(query, settings))  # the page's address
+                latest = lookup.anchor_set_choices(settings.finding)[1]
+                html = with_url(page.html, search_url(query, settings, latest))  # the address
                 if selected is None:  # nothing selected: a viewer of the query alone stays
                     return ("", html, ids, None, feedback, NO_SELECTION, "",
                             *(gr.skip(),) * 5)  # fmt: skip

@@ -27,14 +27,17 @@ PARAMETERS = (
 )  # fmt: skip
 
 
-def search_url(query: QueryImage | None, settings: SearchSettings) -> str:
+def search_url(
+    query: QueryImage | None, settings: SearchSettings, latest_set: str | None = None
+) -> str:
     """``?case=5&finding=Edema&geometry=softmax&...``: the address of this search (parameters at
-    their defaults are left out; an upload has no ``case``)."""
+    their defaults are left out; an upload has no ``case``; the anchor set only when it is not
+    ``latest_set``, so a link follows the finding's latest set unless another was chosen)."""
     pairs: list[tuple[str, str]] = []
     if query is not None and query.source == "case" and query.case_id is not None:
         pairs.append(("case", str(int(query.case_id))))
     pairs += [("finding", settings.finding), ("geometry", settings.geometry)]
-    if settings.anchor_set:
+    if settings.anchor_set and settings.anchor_set != latest_set:
         pairs.append(("set", settings.anchor_set))
     if (settings.text or "").strip():
         pairs.append(("text", settings.text.strip()))

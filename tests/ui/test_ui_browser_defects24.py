@@ -232,6 +232,7 @@ def test_defect_8_tab_closes_dropdowns_back_closes_the_viewer_and_the_url_keeps_
     page.wait_for_function("() => location.search.includes('view=AP')")
     url = page.url
     assert "case=7" in url and "geometry=gaussian" in url and "finding=Pleural+Effusion" in url
+    assert "set=" not in url  # the latest set is the default, not pinned in the address
     shown = _result_ids(page)
 
     # Back with the viewer open closes the viewer and stays in the app
