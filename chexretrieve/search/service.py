@@ -315,6 +315,44 @@ class SearchService:
             self._copies_cache[key] = found
         return found
 
+    def rank_calibration(self, request: SearchRequest, top_k: int):
+        """The chance, at ranks 1..top_k, that a result shares the query's finding status under
+        the request's geometry, anchor set and finding, measured on the labelled archive (cached
+        per archive; see chexretrieve.search.calibration). None without enough labels."""
+        from chexretrieve.search.calibration import calibrate
+
+        gallery = self.gallery
+        finding = canonical_finding(request.finding)
+        anchor_key = self.anchors.anchor_set(finding, request.anchor_set).key
+        key = (gallery.fingerprint, request.geometry, anchor_key, finding, int(top_k))
+        cache = self.__dict__.setdefault("_calibrations", {})
+        if key not in cache:
+            if finding not in gallery.labels:
+                return None
+
+            def scores_of(image_id: int):
+                probe = SearchRequest(finding=finding, geometry=request.geometry,
+                                      case_id=image_id, anchor_set=anchor_key)  # fmt: skip
+                return self.gallery_scores(probe)
+
+            cache[key] = calibrate(
+                scores_of, gallery.image_ids, gallery.labels[finding].to_numpy(dtype=float),
+                gallery.embeddings, int(top_k), self.config.calibration_queries,
+                self.config.fit_seed,
+            )  # fmt: skip
+        return cache[key]
+
+    def nearest_cosine(self, request: SearchRequest) -> float:
+        """The query's highest cosine with an archived image other than its own study."""
+        gallery = self._gallery_for(request)
+        query, own_row = self._query_embedding(dataclasses.replace(request, text=None), gallery)
+        mask = self._eligible(dataclasses.replace(request, filters=SearchFilters()),
+                              canonical_finding(request.finding), gallery, own_row)  # fmt: skip
+        if not mask.any():
+            return float("nan")
+        rows = np.asarray(gallery.embeddings)[mask].astype(np.float32)
+        return float((rows @ query.astype(np.float32)).max())
+
     def _ranks_by_index(self, request: SearchRequest, gallery: Gallery) -> bool:
         return (
             self.config.index_kind != "none"

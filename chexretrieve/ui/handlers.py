@@ -514,6 +514,8 @@ class CaseLookup(ArchiveThumbnails):
             cos_scores, cos_eligible = self.service.gallery_scores(base)
             base_ranks = ranks(cos_scores, cos_eligible, hit_rows)
             base_pct = percentiles(cos_scores, cos_eligible, hit_rows)
+        step(0.75, "Chance of the same status at each rank (measured once per geometry)")
+        calibration, note = self._calibration(request, settings, query, name.display)
         step(0.8, "Thumbnails")
         self.prefetch_thumbnails(h.image_id for h in result.hits)
         pct = percentiles(scores, eligible, hit_rows)
@@ -525,6 +527,7 @@ class CaseLookup(ArchiveThumbnails):
                 report=self.report_texts.report_for(hit.metadata.get("source_path")),
                 baseline_rank=base_ranks[i],
                 baseline_percentile=base_pct[i],
+                same_status=None if calibration is None else calibration.at(hit.rank),
             )
             for i, hit in enumerate(result.hits)
         )
@@ -535,11 +538,29 @@ class CaseLookup(ArchiveThumbnails):
             f"{finding} · {name.display}{anchors} · {result.candidates:,} candidate cases · "
             f"query: {query.name}{mixed}"
         )
-        legend = similarity_legend(name.display, result.candidates, shown_baseline)
+        legend = similarity_legend(name.display, result.candidates, shown_baseline, calibration,
+                                   finding)  # fmt: skip
         html = results_html(list(rows), title, finding, legend, selected, relevant, not_relevant,
-                            shown_baseline, next(self._serials))  # fmt: skip
+                            shown_baseline, next(self._serials), note)  # fmt: skip
         step(1.0, "Done")
         return ResultsPage(result, rows, title, legend, html, shown_baseline)
+
+    def _calibration(self, request, settings: SearchSettings, query: QueryImage, display: str):
+        """(the rank calibration or None, a note when the query is unlike the archive)."""
+        try:
+            calibration = self.service.rank_calibration(request, settings.top_k)
+            nearest = self.service.nearest_cosine(request)
+        except ValueError:
+            return None, ""
+        note = ""
+        if calibration is not None and nearest < calibration.nearest_low:
+            note = (
+                f"{query.name[0].upper() + query.name[1:]} is unlike this archive: its closest "
+                f"archived image has cosine {nearest:.2f}, while 99 % of archived images have "
+                f"one above {calibration.nearest_low:.2f}. The ranking and its chances were "
+                "measured on archived cases and may not hold for it."
+            )
+        return calibration, note
 
     def explain(self, query: QueryImage | None, settings: SearchSettings, image_id: int) -> str:
         """Escaped HTML: the anchor sentences that make the query and the result close."""

@@ -300,3 +300,26 @@ def test_defect_3_draft_impact_with_an_interval_publish_and_revert(page, world):
     assert back.description == "revert to lung_opacity.a@1"
     _shot(page, "24-03-curation-drafts")
     page.get_by_role("tab", name="Case lookup").click()
+
+
+def test_defect_5_similarity_is_a_measured_chance_and_an_unlike_query_is_flagged(page, world):
+    import re
+
+    _load_case(page, 5)
+    cells = [
+        c.strip()
+        for c in page.eval_on_selector_all(
+            "#results tbody tr td:nth-child(3)", "cs => cs.map(c => c.innerText)"
+        )
+    ]
+    assert len(cells) == 12 and all(re.fullmatch(r"\d+ %", c) for c in cells)
+    chances = [int(c.split()[0]) for c in cells]
+    assert chances == sorted(chances, reverse=True)  # a better rank never reads lower
+    assert len(set(chances)) > 1 or chances[0] < 100  # not the 99.6-100 of percentiles
+    legend = page.inner_text("#results .cx-legend")
+    assert "labelled archived cases" in legend and "random archived case" in legend
+    assert page.locator("#results .cx-unlike").count() == 0  # an archived case is like it
+    before = _results_html(page)
+    page.set_input_files("#upload input[type=file]", str(world["root"] / "hostile.dcm"))
+    _wait_results_change(page, before)
+    assert "is unlike this archive" in page.inner_text("#results .cx-unlike")
