@@ -110,7 +110,25 @@ def launch_app(app: gr.Blocks, config: UIConfig, block: bool = True):
 
 
 def serve_app(config: UIConfig) -> None:
-    """Open the archive and serve the UI until interrupted (blocks)."""
+    """Open the archive and serve the UI until interrupted (blocks); with ``config.warm_up`` the
+    geometries are fitted in the background meanwhile (chexretrieve.search.warmup)."""
     lookup, curation = open_case_lookup(config)
     app = build_app(lookup, curation, config)
+    if config.warm_up:
+        start_ui_warm_up(lookup, config)
     launch_app(app, config, block=True)
+
+
+def start_ui_warm_up(lookup: CaseLookup, config: UIConfig):
+    """The warm-up of what the case lookup's first searches need: every geometry of the finding
+    it opens with, the case picker's first page, then the default geometry of the other
+    findings. Returns (thread, stop event)."""
+    from chexretrieve.findings import FINDINGS
+    from chexretrieve.geometry import GEOMETRIES
+    from chexretrieve.search.warmup import start_warm_up
+    from chexretrieve.ui.lookup_tab import DEFAULT_FINDING
+
+    return start_warm_up(
+        lookup.service, DEFAULT_FINDING, [g.name for g in GEOMETRIES], config.top_k,
+        other_findings=FINDINGS, extra=lambda: lookup.case_page(finding=DEFAULT_FINDING),
+    )  # fmt: skip

@@ -65,6 +65,9 @@ class UIConfig:
     # ranking index for galleries of 500,000 images or more: "none" (exact), "exact", "hnsw", "ivf"
     # (SearchConfig.index_kind; built on the first search of each geometry)
     index_kind: str = "none"
+    # fit and cache every geometry of the opening finding (then the default geometry of the
+    # others) in a background thread at start, so no first search waits for a fit
+    warm_up: bool = True
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:
