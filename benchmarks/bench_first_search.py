@@ -84,7 +84,7 @@ def main() -> None:
             warm_up(warm, args.finding, [geometry], args.top_k)
             spent = time.perf_counter() - started
             warm_first = _one_search(warm, args.finding, geometry, int(ids[1]), args.top_k)
-            print(f"{geometry:<30} {first:>10.2f} {later:>8.2f} {spent:>9.2f} {warm_first:>10.2f} "
+            print(f"{geometry:<30} {first:>10.3f} {later:>8.3f} {spent:>9.3f} {warm_first:>10.3f} "
                   f"{first / later:>9.1f}x {warm_first / later:>9.1f}x")  # fmt: skip
 
 
