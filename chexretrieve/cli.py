@@ -9,6 +9,9 @@ here. Heavy imports (torch, pydicom, gradio) happen inside the commands, so
 from __future__ import annotations
 
 import typer
+
+# Typer 0.29 carries its own copy of Click: its exceptions are these, not the `click` package's
+from typer._click.exceptions import ClickException, UsageError
 from typer.core import TyperGroup
 
 from chexretrieve import __version__
@@ -17,7 +20,9 @@ from chexretrieve.encoders.base import EncoderError
 
 class _CommandGroup(TyperGroup):
     """The root group: an encoder that cannot be loaded or used ends any command with one line on
-    stderr and exit status 2 (its message says what to change), never a traceback."""
+    stderr and exit status 2 (its message says what to change), never a traceback. A bad option
+    of a command is said in the same style, ``error: ...`` and where to read its help (not
+    Click's boxed panel)."""
 
     def invoke(self, ctx):  # noqa: ANN001, ANN201
         try:
@@ -25,6 +30,13 @@ class _CommandGroup(TyperGroup):
         except EncoderError as error:
             typer.echo(f"error: {error}", err=True)
             raise typer.Exit(2) from None
+        except ClickException as error:
+            typer.echo(f"error: {error.format_message()}", err=True)
+            context = getattr(error, "ctx", None)
+            if isinstance(error, UsageError):
+                path = context.command_path if context is not None else "chexretrieve"
+                typer.echo(f"(see `{path} --help`)", err=True)
+            raise typer.Exit(error.exit_code) from None
 
 
 app = typer.Typer(

@@ -63,23 +63,35 @@ def list_command(
         sets = find_anchor_sets(root, finding=finding)
     except ValueError as exc:
         _fail(str(exc))
-    table = Table(title=f"{len(sets)} anchor sets")
-    for column in ("key", "finding / context", "n", "pos", "neg", "created", "source", "file"):
-        table.add_column(column, justify="right" if column in ("n", "pos", "neg") else "left")
+    columns = ("key", "finding / context", "n", "pos", "neg", "created", "source", "file")
+    rows = []
     for s in sets:
         positives = s.polarities.count("positive")
         kinds = ",".join(sorted({src.kind for src in s.sources.values()}))
-        table.add_row(
-            s.key,
-            s.name,
-            str(len(s)),
-            str(positives),
-            str(len(s) - positives),
-            s.created,
-            kinds,
-            str(s.path.name if s.path else ""),
+        rows.append(
+            (s.key, s.name, str(len(s)), str(positives), str(len(s) - positives), s.created,
+             kinds, str(s.path.name if s.path else ""))
+        )  # fmt: skip
+    console = _console()
+    if not console.is_terminal:  # piped: one tab-separated line per set, nothing cut or wrapped
+        typer.echo(f"{len(sets)} anchor sets", err=True)
+        typer.echo("\t".join(columns))
+        for row in rows:
+            typer.echo("\t".join(row))
+        return
+    table = Table(title=f"{len(sets)} anchor sets")
+    for column in columns:
+        # the key is what the other commands take: never wrapped or cut, whatever the width
+        table.add_column(
+            column,
+            justify="right" if column in ("n", "pos", "neg") else "left",
+            no_wrap=column == "key",
+            min_width=max((len(r[0]) for r in rows), default=3) if column == "key" else None,
+            overflow="fold",
         )
-    _console().print(table)
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
 
 
 @anchors_app.command("show")

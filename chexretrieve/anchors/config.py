@@ -58,8 +58,14 @@ class ImpactConfig:
     show_queries: int = 5
     # inverse temperature of the geometry; None = the encoder's own logit scale
     inv_temperature: float | None = None
+    # bootstrap resamples of the queries for the change's 95 % interval (0 = no interval)
+    bootstrap: int = 2000
+    # seed of those resamples (the interval is reproducible)
+    bootstrap_seed: int = 0
 
     def __post_init__(self) -> None:
+        if self.bootstrap < 0:
+            raise ValueError(f"bootstrap must be 0 or positive, got {self.bootstrap}")
         from chexretrieve.geometry import GEOMETRY_KINDS, geometry_name
 
         named = geometry_name(self.geometry)  # ValueError listing the geometry names

@@ -88,10 +88,19 @@ class ImpactReport:
     mean_overlap: float  # mean top-k overlap over all queries
     top_k: int
     most_changed: tuple[QueryChange, ...]
+    # 95 % bootstrap interval of the change (queries resampled with replacement, percentile
+    # method); NaN when ImpactConfig.bootstrap is 0
+    delta_low: float = float("nan")
+    delta_high: float = float("nan")
 
     @property
     def delta(self) -> float:
         return self.auprc_after - self.auprc_before
+
+    @property
+    def settled(self) -> bool:
+        """Whether the interval excludes no change (the edit measurably helps or hurts)."""
+        return bool(self.delta_low > 0 or self.delta_high < 0)
 
     def to_dict(self) -> dict:
         out = {k: v for k, v in self.__dict__.items() if k != "most_changed"}
@@ -203,6 +212,7 @@ def measure_impact(
         )
         for i in order
     )
+    low, high = bootstrap_interval(ap_a - ap_b, config)
     return ImpactReport(
         finding=before.finding,
         before=before.key,
@@ -217,7 +227,25 @@ def measure_impact(
         mean_overlap=float(overlap.mean()),
         top_k=width,
         most_changed=changes,
+        delta_low=low,
+        delta_high=high,
     )
+
+
+def bootstrap_interval(differences: np.ndarray, config: ImpactConfig) -> tuple[float, float]:
+    """95 % percentile interval of the mean of per-query AP differences, the queries resampled
+    with replacement ``config.bootstrap`` times (seeded); (NaN, NaN) without resamples."""
+    values = np.asarray(differences, dtype=np.float64)
+    if config.bootstrap == 0 or len(values) == 0:
+        return float("nan"), float("nan")
+    rng = np.random.default_rng(config.bootstrap_seed)
+    means = np.empty(config.bootstrap)
+    for start in range(0, config.bootstrap, 256):  # bounded memory for large query sets
+        count = min(256, config.bootstrap - start)
+        picks = rng.integers(0, len(values), size=(count, len(values)))
+        means[start : start + count] = values[picks].mean(axis=1)
+    low, high = np.percentile(means, [2.5, 97.5])
+    return float(low), float(high)
 
 
 def _plain(value: Any) -> Any:

@@ -328,8 +328,10 @@ def _raise_for(report: ValidationReport) -> AnchorSet:
     if report.errors or report.anchor_set is None:
         lines = "\n".join(str(p) for p in report.errors) or f"{report.path}: invalid"
         raise AnchorSetError(f"invalid anchor set file:\n{lines}", report.errors)
+    # a warning (few sentences, one polarity) is shown by `anchors validate` and when a set is
+    # saved; repeating it on every command that loads the sets only buries real messages
     for warning in report.warnings:
-        log.warning("%s", warning)
+        log.debug("%s", warning)
     return report.anchor_set
 
 

@@ -79,15 +79,27 @@ def search_command(
             date_to=_date(date_to, "--date-to"),
             label_known=label_known,
         )
+        radiograph = None  # the query image is read first: what is wrong with it comes first
+        if image is not None:
+            from chexretrieve.dicom import RejectedFile, read_radiograph
+            from chexretrieve.dicom.query_messages import upload_message
+
+            try:
+                radiograph = read_radiograph(image)
+            except RejectedFile as exc:  # said of a query image, not of an archive being ingested
+                raise ValueError(
+                    upload_message(
+                        image.name,
+                        exc.reason,
+                        exc.message,
+                        "The query image",
+                        "give --image a DICOM, PNG or JPEG chest radiograph",
+                    )  # fmt: skip
+                ) from None
         # a one-shot process fits a missing archive density now (a background fit would die
         # with the process); `chexretrieve density fit` or `ingest --fit-density` do it ahead
         density = DensityConfig(background_fit_above=FIT_NOW)
         service = open_search_app(AppConfig(db_url=db, encoder=encoder, density=density)).service
-        radiograph = None
-        if image is not None:
-            from chexretrieve.dicom import read_radiograph
-
-            radiograph = read_radiograph(image)
         result = service.search(
             SearchRequest(
                 finding=finding,

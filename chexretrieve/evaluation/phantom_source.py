@@ -78,6 +78,7 @@ def phantom_source(
     """Generate ``config.n_images`` phantom cases, embed them, and embed the anchors."""
     from chexretrieve.encoders import load_encoder
     from chexretrieve.phantom import PhantomConfig
+    from chexretrieve.phantom.config import RENDER_VERSION
 
     if config.n_images < 2:
         raise ValueError(f"the phantom source needs at least 2 images, got {config.n_images}")
@@ -93,6 +94,7 @@ def phantom_source(
             str(config.n_images),
             f"validation labels: {config.validation_labels}",
             repr(PhantomConfig()),
+            f"render {RENDER_VERSION}",  # new pixels, new embeddings
         ],
     )
     labels_path = Path(folder) / f"{key}.csv" if folder else None

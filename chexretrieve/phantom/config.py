@@ -9,6 +9,12 @@ MIN_SIZE = 64
 MAX_SIZE = 2048
 
 
+#: version of what the generator draws for a given (seed, index, config): bumped whenever those
+#: pixels change, so caches of phantom embeddings (chexretrieve.evaluation.phantom_source) are not
+#: reused across it. 2: the L/R marker sits on the side it names (issue 24).
+RENDER_VERSION = 2
+
+
 @dataclass(frozen=True)
 class PhantomConfig:
     """How phantom cases are drawn; every field changes the images or reports deterministically."""

@@ -53,6 +53,9 @@ class SearchConfig:
     duplicate_correlation: float = 0.98
     # ... the most candidates (closest by cosine) checked by content per upload
     duplicate_candidates: int = 64
+    # labelled archived images searched to measure, per geometry and finding, the chance that a
+    # result at each rank shares the query's finding status (chexretrieve.search.calibration)
+    calibration_queries: int = 200
 
     def __post_init__(self) -> None:
         if self.storage_dtype not in ("float32", "float16"):

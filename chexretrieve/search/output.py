@@ -11,6 +11,8 @@ def print_result(result, explain: bool) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from chexretrieve.findings import label_word
+
     table = Table(
         title=f"{result.finding} · {result.geometry} · anchors {result.anchor_set} · "
         f"{result.candidates} candidates"
@@ -29,7 +31,7 @@ def print_result(result, explain: bool) -> None:
             str(m.get("patient_sex") or ""),
             "" if age is None or age != age else f"{age:.0f}",  # None or NaN: unknown
             str(m.get("study_date") or ""),
-            {1.0: "positive", 0.0: "negative", -1.0: "uncertain"}.get(label, "unknown"),
+            label_word(label),
         )
     Console().print(table)
     from chexretrieve.density.output import density_lines

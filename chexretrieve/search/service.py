@@ -12,6 +12,7 @@ this is the score of the Rocchio-moved query, computed from cached features alon
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -23,7 +24,12 @@ import numpy as np
 from chexretrieve.findings import canonical_finding
 from chexretrieve.search.config import SearchConfig
 from chexretrieve.search.duplicates import find_copies
-from chexretrieve.search.explain import Explanation, explain_pair
+from chexretrieve.search.explain import (
+    Explanation,
+    explain_gaussian_pair,
+    explain_pair,
+    without_other_side,
+)
 from chexretrieve.search.features import (
     FeatureCache,
     GeometrySpec,
@@ -353,6 +359,44 @@ class SearchService:
             self._copies_cache[key] = found
         return found
 
+    def rank_calibration(self, request: SearchRequest, top_k: int):
+        """The chance, at ranks 1..top_k, that a result shares the query's finding status under
+        the request's geometry, anchor set and finding, measured on the labelled archive (cached
+        per archive; see chexretrieve.search.calibration). None without enough labels."""
+        from chexretrieve.search.calibration import calibrate
+
+        gallery = self.gallery
+        finding = canonical_finding(request.finding)
+        anchor_key = self.anchors.anchor_set(finding, request.anchor_set).key
+        key = (gallery.fingerprint, request.geometry, anchor_key, finding, int(top_k))
+        cache = self.__dict__.setdefault("_calibrations", {})
+        if key not in cache:
+            if finding not in gallery.labels:
+                return None
+
+            def scores_of(image_id: int):
+                probe = SearchRequest(finding=finding, geometry=request.geometry,
+                                      case_id=image_id, anchor_set=anchor_key)  # fmt: skip
+                return self.gallery_scores(probe)
+
+            cache[key] = calibrate(
+                scores_of, gallery.image_ids, gallery.labels[finding].to_numpy(dtype=float),
+                gallery.embeddings, int(top_k), self.config.calibration_queries,
+                self.config.fit_seed,
+            )  # fmt: skip
+        return cache[key]
+
+    def nearest_cosine(self, request: SearchRequest) -> float:
+        """The query's highest cosine with an archived image other than its own study."""
+        gallery = self._gallery_for(request)
+        query, own_row = self._query_embedding(dataclasses.replace(request, text=None), gallery)
+        mask = self._eligible(dataclasses.replace(request, filters=SearchFilters()),
+                              canonical_finding(request.finding), gallery, own_row)  # fmt: skip
+        if not mask.any():
+            return float("nan")
+        rows = np.asarray(gallery.embeddings)[mask].astype(np.float32)
+        return float((rows @ query.astype(np.float32)).max())
+
     def _ranks_by_index(self, request: SearchRequest, gallery: Gallery) -> bool:
         return (
             self.config.index_kind != "none"
@@ -378,20 +422,36 @@ class SearchService:
         order = np.lexsort((gallery.image_ids[rows], -scores))
         return rows[order], scores[order]
 
-    def explain(self, request: SearchRequest, result_id: int) -> Explanation:
-        """Explain why ``result_id`` is close to the request's query for its finding."""
+    def explain(
+        self, request: SearchRequest, result_id: int, side: str | None = None
+    ) -> Explanation:
+        """Explain why ``result_id`` is close to the request's query for its finding, in the
+        terms of the request's geometry where its score splits by anchor sentence (softmax: the
+        images' softmax weights; Gaussian: each sentence's share of the Mahalanobis distance),
+        else by the softmax profile, marked ``approximate``. ``side`` ("left" / "right", the
+        query's finding side) leaves out sentences that name only the other side."""
         gallery = self._gallery_for(request, result_id)
         query, _ = self._query_embedding(request, gallery)
         anchor_set = self.anchors.anchor_set(canonical_finding(request.finding), request.anchor_set)
-        return explain_pair(
+        spec = parse_geometry(request.geometry)
+        top = self.config.explanation_anchors
+        arguments = (
             query,
             _unit_row(gallery, gallery.row_of(result_id)),
             anchor_set.embeddings,
             anchor_set.sentences,
             self.inv_temperature,
-            self.config.explanation_anchors,
+            3 * top if side in ("left", "right") else top,
             anchor_set.polarities or None,
         )
+        if spec.kind == "gaussian":  # the posterior's covariance also holds the prior's share
+            found = dataclasses.replace(
+                explain_gaussian_pair(*arguments), approximate=spec.posterior
+            )
+        else:
+            own = spec.kind == "softmax" and not spec.posterior
+            found = dataclasses.replace(explain_pair(*arguments), approximate=not own)
+        return without_other_side(found, side, top)
 
     # ----------------------------------------------------------------------------- helpers
     def _top_k(self, top_k: int | None) -> int:

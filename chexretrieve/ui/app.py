@@ -15,7 +15,7 @@ import gradio as gr
 
 from chexretrieve.ui.access import AccessControl, AccessGuard
 from chexretrieve.ui.config import UIConfig
-from chexretrieve.ui.curation import CurationDesk
+from chexretrieve.ui.curation import CurationDesk, DraftDesk
 from chexretrieve.ui.curation_tab import build_curation_tab
 from chexretrieve.ui.evaluation_tab import build_evaluation_tab
 from chexretrieve.ui.handlers import CaseLookup
@@ -31,7 +31,7 @@ def build_app(
 ) -> gr.Blocks:
     """The whole UI over one archive; ``serve_app`` launches it, tests may launch it themselves."""
     config = config or UIConfig()
-    curation = curation or CurationDesk(anchors_dir=lookup.anchors_dir)
+    curation = curation or DraftDesk(anchors_dir=lookup.anchors_dir)
     purge = (min(config.upload_max_age_s, 60), config.upload_max_age_s)  # (every s, older than s)
     with gr.Blocks(title="chexretrieve · case lookup", fill_width=True, delete_cache=purge) as app:
         gr.HTML(
@@ -81,7 +81,7 @@ def open_case_lookup(config: UIConfig, store=None, encoder=None) -> tuple[CaseLo
         report_texts=ReportTexts(config.reports_csv, store.report_for_image),
         access=access,
     )
-    curation = CurationDesk(config.anchors_dir, store, root.encoder, lambda: service.gallery)
+    curation = DraftDesk(config.anchors_dir, store, root.encoder, lambda: service.gallery)
     return lookup, curation
 
 
@@ -167,7 +167,8 @@ def launch_app(app: gr.Blocks, config: UIConfig, block: bool = True, head: str |
         allowed_paths=None,
         prevent_thread_lock=not block,
         show_error=False,
-        quiet=not block,
+        # Gradio's own banner would tell to "set share=True"; `serve` prints the address itself
+        quiet=True,
         ssr_mode=False,
         mcp_server=False,
         pwa=False,
@@ -181,19 +182,26 @@ def launch_app(app: gr.Blocks, config: UIConfig, block: bool = True, head: str |
 
 def serve_app(config: UIConfig) -> None:
     """Open the archive and serve the UI until interrupted (blocks). On an archive with no cases
-    yet, a page saying to run ingest is served until they arrive (chexretrieve.ui.waiting)."""
+    yet, a page saying to run ingest is served until they arrive (chexretrieve.ui.waiting); with
+    ``config.warm_up`` the geometries are fitted in the background meanwhile
+    (chexretrieve.search.warmup)."""
     from chexretrieve.app import ArchiveEmptyError
 
     try:
         lookup, curation = open_case_lookup(config)
         app = build_app(lookup, curation, config)
+        if config.warm_up:
+            start_ui_warm_up(lookup, config)
     except ArchiveEmptyError as empty:
         from chexretrieve.ui.waiting import wait_for_cases
 
         store, encoder = empty.store, empty.encoder
 
         def build() -> gr.Blocks:
-            return build_app(*open_case_lookup(config, store, encoder), config)
+            lookup, curation = open_case_lookup(config, store, encoder)
+            if config.warm_up:
+                start_ui_warm_up(lookup, config)
+            return build_app(lookup, curation, config)
 
         def launch_waiting(page: gr.Blocks, *args, **kwargs):  # noqa: ANN002, ANN003, ANN202
             # the waiting page signs in as the case lookup will: same accounts, same route guard
@@ -202,3 +210,18 @@ def serve_app(config: UIConfig) -> None:
 
         app = wait_for_cases(config, store, encoder, build, launch_waiting)
     launch_app(app, config, block=True)
+
+
+def start_ui_warm_up(lookup: CaseLookup, config: UIConfig):
+    """The warm-up of what the case lookup's first searches need: every geometry of the finding
+    it opens with, the case picker's first page, then the default geometry of the other
+    findings. Returns (thread, stop event)."""
+    from chexretrieve.findings import FINDINGS
+    from chexretrieve.geometry import GEOMETRIES
+    from chexretrieve.search.warmup import start_warm_up
+    from chexretrieve.ui.lookup_tab import DEFAULT_FINDING
+
+    return start_warm_up(
+        lookup.service, DEFAULT_FINDING, [g.name for g in GEOMETRIES], config.top_k,
+        other_findings=FINDINGS, extra=lambda: lookup.case_page(finding=DEFAULT_FINDING),
+    )  # fmt: skip

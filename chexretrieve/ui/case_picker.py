@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from chexretrieve.findings import NOT_MENTIONED
 from chexretrieve.ui.input_limits import MAX_CASE_ID, MAX_ID_DIGITS, capped
 from chexretrieve.ui.render import format_age, format_date, format_text, label_word
 
@@ -25,7 +26,7 @@ STATUS_WORDS = {
     "positive": "positive",
     "negative": "negative",
     "uncertain": "uncertain",
-    "blank": "not mentioned",
+    "blank": NOT_MENTIONED,
     "unlabelled": "no labels",
     "rare cases first": "any, rarest first (lowest archive density)",
 }

@@ -18,7 +18,6 @@ from chexretrieve.dicom.viewing import PixelValues, fitted_values
 from chexretrieve.findings import canonical_finding
 from chexretrieve.ui.handlers import CaseLookup, QueryImage, SearchSettings
 from chexretrieve.ui.render import esc, format_age, format_date, format_text
-from chexretrieve.ui.results_html import labels_html, report_html
 from chexretrieve.ui.viewer import DEFAULT_PRESET, ViewerSide, compare_html, windows_for
 
 
@@ -161,11 +160,8 @@ class CompareViewer:
         if query is None:
             raise ValueError("no query to show: pick a case or upload an image first")
         finding = canonical_finding(settings.finding)
-        query_html = (
-            f"<div class='cx-side'><p class='cx-sub'>Query · {esc(query.name)}</p>"
-            + self.lookup.query_details(query, finding)
-            + "</div>"
-        )
+        # each side once: its details table (titled "Query: ..." / "Result: ..."), labels, report
+        query_html = f"<div class='cx-side'>{self.lookup.query_details(query, finding)}</div>"
         if image_id is None:
             images = self.render(query, None, window, preset=preset)
             return CompareView(f"Query: {query.name}", images, query_html)
@@ -174,12 +170,8 @@ class CompareViewer:
         if self.lookup.audit is not None and record:
             self.lookup.audit.view(user, image_id, meta.get("study_uid"), what="viewer")
         images = self.render(query, image_id, window, rank, preset)
-        result_html = (
-            f"<div class='cx-side'><p class='cx-sub'>Result · case {image_id}</p>"
-            + "<p class='cx-sub'>Labels</p>" + labels_html(self.lookup.labels_of(image_id), finding)
-            + "<p class='cx-sub'>Report</p>" + report_html(self.lookup.report_of(image_id))
-            + "</div>"
-        )  # fmt: skip
+        details = self.lookup.result_details(image_id, finding=finding, what=None)
+        result_html = f"<div class='cx-side'>{details}</div>"
         explanation = self.lookup.explain(query, settings, image_id)
         details = (
             f"{self._ohif_link(query, image_id, meta, user)}"

@@ -83,6 +83,9 @@ class UIConfig:
     # read-only /dicomweb endpoint (searched studies only, audited, de-identified unless PHI may
     # be shown)
     dicomweb_url: str | None = None
+    # fit and cache every geometry of the opening finding (then the default geometry of the
+    # others) in a background thread at start, so no first search waits for a fit
+    warm_up: bool = True
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:

@@ -136,12 +136,17 @@ class CurationDesk:
         self, before_key: str, after_key: str, geometry: str = "softmax", top_k: int = 10
     ) -> str:
         """Escaped Markdown: AUPRC before / after the edit on the archive's labelled splits."""
+        return self.impact_of(self.get(before_key), self.get(after_key), geometry, top_k)
+
+    def impact_of(self, before, after, geometry: str = "softmax", top_k: int = 10,
+                  after_name: str | None = None) -> str:  # fmt: skip
+        """Escaped Markdown: the impact of ``after`` (an AnchorSet, published or not) against
+        ``before``, with the change's 95 % bootstrap interval over the queries."""
         from chexretrieve.anchors.config import ImpactConfig
         from chexretrieve.anchors.curation import measure_impact
 
         if self.encoder is None or self._gallery is None:
             raise ValueError("impact needs an archive and its encoder; none is loaded")
-        before, after = self.get(before_key), self.get(after_key)
         gallery = self._gallery()
         labels = gallery.labels[before.finding].to_numpy(dtype=float)
         split = gallery.metadata["split"].astype(str).to_numpy()
@@ -165,17 +170,28 @@ class CurationDesk:
             store=self.store,
         )
         sign = "+" if report.delta >= 0 else "−"
+        name = after_name or report.after
         lines = [
-            f"**Impact of {esc(report.before)} → {esc(report.after)}** on {esc(report.finding)} "
+            f"**Impact of {esc(report.before)} → {esc(name)}** on {esc(report.finding)} "
             f"({esc(report.geometry)} geometry; {report.n_queries} positive 'valid' queries, "
             f"{report.n_keys} 'train' keys of which {report.n_relevant_keys} positive)",
             "",
             "| | AUPRC |",
             "|---|---:|",
             f"| before ({esc(report.before)}) | {report.auprc_before:.4f} |",
-            f"| after ({esc(report.after)}) | {report.auprc_after:.4f} |",
+            f"| after ({esc(name)}) | {report.auprc_after:.4f} |",
             f"| change | {sign}{abs(report.delta):.4f} |",
+            f"| 95 % interval of the change | {report.delta_low:+.4f} to "
+            f"{report.delta_high:+.4f} |",
             f"| cosine (no anchors) | {report.auprc_cosine:.4f} |",
+            "",
+            (
+                "The interval excludes zero: on these queries the edit measurably "
+                + ("helps." if report.delta > 0 else "hurts.")
+                if report.settled
+                else "The interval includes zero: on these queries the edit's effect is not "
+                "distinguishable from no change (bootstrap over the queries)."
+            ),
             "",
             f"Mean top-{report.top_k} overlap before / after: {report.mean_overlap:.2f}.",
         ]
@@ -190,3 +206,97 @@ class CurationDesk:
                 for c in report.most_changed
             ]
         return "\n".join(lines)
+
+
+class DraftDesk(CurationDesk):
+    """Curation with drafts: save a draft, measure it against the version it was edited from,
+    publish it (curator role, ``chexretrieve.ui.roles.may_publish``), revert a set to an older
+    version (see ``chexretrieve.anchors.drafts``)."""
+
+    def _book(self):
+        from chexretrieve.anchors import anchors_root
+        from chexretrieve.anchors.drafts import DraftBook
+
+        return DraftBook(Path(self.anchors_dir) if self.anchors_dir else anchors_root())
+
+    def edited(self, key: str, text: str, description: str = ""):
+        """(base set, the edit as its unpublished next version); ValueError for a bad line or an
+        invalid set."""
+        from chexretrieve.anchors import format_anchor_set
+        from chexretrieve.anchors.files import parse_anchor_text
+
+        base = self.get(key)
+        pairs = parse_edit_text(text)
+        revised = base.revised(sentences=pairs, description=description.strip() or None)
+        report = parse_anchor_text(format_anchor_set(revised), revised.relative_path())
+        if report.errors:
+            raise ValueError(
+                "the edit is not a valid anchor set:\n"
+                + "\n".join(f"- {p.message}" for p in report.errors)
+            )
+        return base, revised
+
+    def draft_of(self, key: str):
+        """The saved draft of ``key``'s set id, if any."""
+        return self._book().get(self.get(key).id) if key else None
+
+    def save_draft(self, key: str, text: str, description: str = "", user: str | None = None):
+        """Save the edit as the draft of ``key``'s set (replacing an older draft); (draft, the
+        problems that would stop its publication)."""
+        from chexretrieve.anchors.drafts import publish_problems
+
+        base, revised = self.edited(key, text, description)
+        pairs = list(zip(revised.sentences, revised.polarities, strict=True))
+        draft = self._book().save(base, pairs, description, user or "anonymous")
+        return draft, publish_problems(pairs, base.finding)
+
+    def draft_impact(self, key: str, text: str, geometry: str = "softmax") -> str:
+        """Markdown: the impact of the edit in the box (saved or not) against ``key``."""
+        base, revised = self.edited(key, text)
+        if list(revised.sentences) == list(base.sentences) and list(revised.polarities) == list(
+            base.polarities
+        ):
+            previous = self.previous_key(key)
+            if previous is None:
+                raise ValueError(
+                    f"{key} is unchanged and has no earlier version: edit it, then measure"
+                )
+            return self.impact_of(self.get(previous), base, geometry)
+        return self.impact_of(base, revised, geometry, after_name=f"the edit of {key}")
+
+    def publish(self, key: str, text: str, description: str = "", user: str | None = None):
+        """Publish the edit as the next version of ``key``'s set id (a curator's action);
+        ValueError when ``user`` may not, or when the edit is not publishable."""
+        from chexretrieve.anchors import diff_anchor_sets, save_new_version
+        from chexretrieve.anchors.drafts import publish_problems
+        from chexretrieve.ui.roles import may_publish
+
+        if not may_publish(user):
+            raise ValueError(f"{user or 'this user'} may not publish anchor sets (curator role)")
+        base, revised = self.edited(key, text, description)
+        pairs = list(zip(revised.sentences, revised.polarities, strict=True))
+        problems = publish_problems(pairs, base.finding)
+        if problems:
+            raise ValueError("not published: " + " · ".join(problems))
+        newest = max((s for s in self.sets(base.finding) if s.id == base.id),
+                     key=lambda s: s.version)  # fmt: skip
+        if pairs == list(zip(newest.sentences, newest.polarities, strict=True)):
+            raise ValueError(f"nothing changed: the text is exactly {newest.key}; edit it first")
+        final = newest.revised(sentences=pairs, description=description.strip() or None)
+        path = save_new_version(final, self.anchors_dir)
+        self._book().discard(base.id)
+        summary = diff_anchor_sets(base, final).summary()
+        return SavedVersion(final.key, path, f"{summary} (edited from {base.key})", ())
+
+    def revert(self, key: str, user: str | None = None):
+        """Publish the sentences of the older version ``key`` as its set's next version."""
+        from chexretrieve.ui.roles import may_publish
+
+        if not may_publish(user):
+            raise ValueError(f"{user or 'this user'} may not revert anchor sets (curator role)")
+        chosen = self.get(key)
+        newest = max((s for s in self.sets(chosen.finding) if s.id == chosen.id),
+                     key=lambda s: s.version)  # fmt: skip
+        if newest.key == chosen.key:
+            raise ValueError(f"{key} is the latest version already; choose an older one")
+        return self.publish(newest.key, set_as_text(chosen), f"revert to {chosen.key}", user)

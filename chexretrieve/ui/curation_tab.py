@@ -7,7 +7,7 @@ import gradio as gr
 
 from chexretrieve.findings import FINDINGS, canonical_finding
 from chexretrieve.ui.curation import CurationDesk, sentences_html, set_as_text
-from chexretrieve.ui.events import PRIVATE, attempt
+from chexretrieve.ui.events import PRIVATE, attempt, who
 from chexretrieve.ui.handlers import CaseLookup
 from chexretrieve.ui.input_limits import (
     MAX_ANCHOR_KEY,
@@ -50,11 +50,13 @@ def build_curation_tab(
                     label="What changed (saved with the new version)",
                     elem_id="cur-desc",
                 )
-                with gr.Row():
-                    save_btn = gr.Button(
-                        "Save as new version", variant="primary", elem_id="cur-save"
-                    )
+                with gr.Row():  # draft -> impact against the version edited from -> publish
+                    save_btn = gr.Button("Save draft", elem_id="cur-save")
                     impact_btn = gr.Button("Measure impact", elem_id="cur-impact")
+                    publish_btn = gr.Button(
+                        "Publish as new version", variant="primary", elem_id="cur-publish"
+                    )
+                    revert_btn = gr.Button("Revert to this version", elem_id="cur-revert")
                 cur_status = gr.Markdown(elem_id="cur-status")
             with gr.Column(scale=2):
                 cur_table = gr.HTML(elem_id="cur-table")
@@ -68,6 +70,15 @@ def build_curation_tab(
             if not key:
                 return "", "", "", gr.skip()
             anchor_set_obj = curation.get(key)
+            draft = curation.draft_of(key) if hasattr(curation, "draft_of") else None
+            if draft is not None and draft.base == key:  # the saved draft of this version
+                text = "\n".join(
+                    f"{'+' if p == 'positive' else '-'} {t}" for t, p in draft.sentences
+                )
+                note = (
+                    f"Draft of {esc(key)} loaded (saved {esc(draft.saved)} by {esc(draft.author)})."
+                )
+                return sentences_html(anchor_set_obj), text, "", note
             return sentences_html(anchor_set_obj), set_as_text(anchor_set_obj), "", gr.skip()
 
         return attempt(act, lambda t: (gr.skip(), gr.skip(), gr.skip(), problem(t)))
@@ -106,25 +117,65 @@ def build_curation_tab(
 
         return attempt(act, lambda t: (gr.skip(), problem(t), gr.skip(), gr.skip()))
 
-    def impact(key):
+    def impact(key, text):
+        """The edit in the box (saved as a draft or not) against the version it was edited from;
+        an unchanged box measures the selected version against the one before it."""
+        return attempt(lambda: curation.draft_impact(key, text), problem)
+
+    def save_draft(key, text, description, request: gr.Request):
         def act():
-            before = curation.previous_key(key)
-            if before is None:
-                raise ValueError(f"{key} is a first version; select an edited version to compare")
-            return curation.impact_markdown(before, key)
+            draft, problems = curation.save_draft(key, text, description, who(request))
+            status = (
+                f"Draft of **{esc(draft.set_id)}** saved (edited from {esc(draft.base)}); searches "
+                "still use the published versions. Measure its impact, then publish."
+            )
+            if problems:
+                status += "\n\nTo fix before publishing: " + " · ".join(esc(p) for p in problems)
+            return status
 
         return attempt(act, problem)
+
+    def published(saved, search_finding, what: str):
+        new_set = curation.get(saved.key)
+        keys = curation.set_choices(new_set.finding)
+        search_update = gr.skip()
+        if new_set.finding == canonical_finding(search_finding):
+            search_choices, latest = lookup.anchor_set_choices(search_finding)
+            search_update = gr.update(choices=search_choices, value=latest)
+        status = f"{what} **{esc(saved.key)}** as `{esc(saved.path.name)}` · {esc(saved.summary)}"
+        return (gr.update(choices=keys, value=saved.key), status, sentences_html(new_set),
+                search_update)  # fmt: skip
+
+    def publish(key, text, description, search_finding, request: gr.Request):
+        def act():
+            saved = curation.publish(key, text, description, who(request))
+            return published(saved, search_finding, "Published")
+
+        return attempt(act, lambda t: (gr.skip(), problem(t), gr.skip(), gr.skip()))
+
+    def revert(key, search_finding, request: gr.Request):
+        def act():
+            return published(curation.revert(key, who(request)), search_finding, "Reverted:")
+
+        return attempt(act, lambda t: (gr.skip(), problem(t), gr.skip(), gr.skip()))
 
     shown = [cur_table, cur_edit, impact_md, cur_status]
     cur_set.change(show_set, cur_set, shown, **PRIVATE)
     cur_finding.input(cur_finding_changed, cur_finding, [cur_set, cur_status], **PRIVATE)
-    save_btn.click(
-        save_version,
-        [cur_set, cur_edit, cur_desc, search.finding],
-        [cur_set, cur_status, cur_table, search.anchor_set],
-        **PRIVATE,
-    )
-    impact_btn.click(impact, cur_set, impact_md, **PRIVATE)
+    published_outputs = [cur_set, cur_status, cur_table, search.anchor_set]
+    if hasattr(curation, "publish"):
+        save_btn.click(save_draft, [cur_set, cur_edit, cur_desc], cur_status, **PRIVATE)
+        publish_btn.click(publish, [cur_set, cur_edit, cur_desc, search.finding],
+                          published_outputs, **PRIVATE)  # fmt: skip
+        revert_btn.click(revert, [cur_set, search.finding], published_outputs, **PRIVATE)
+        impact_btn.click(impact, [cur_set, cur_edit], impact_md, **PRIVATE)
+    else:  # a plain CurationDesk: every save is a new version at once
+        save_btn.click(save_version, [cur_set, cur_edit, cur_desc, search.finding],
+                       published_outputs, **PRIVATE)  # fmt: skip
+        impact_btn.click(
+            lambda key: attempt(lambda: curation.impact_markdown(curation.previous_key(key), key),
+                                problem), cur_set, impact_md, **PRIVATE,
+        )  # fmt: skip
 
     def page_loaded(fnd):
         """The sets as they are now: a version saved before a reload is listed and shown."""

@@ -61,6 +61,22 @@ from chexretrieve.ui.upload_errors import upload_message
 #: of unknown age are kept until the user narrows the range)
 AGE_ANY = (0, 120)
 
+
+def report_side(report: str | None, finding: str) -> str | None:
+    """ "left" or "right" when the report's sentences about the finding name that side only."""
+    from chexretrieve.anchors.topics import mentions_finding
+    from chexretrieve.search.explain import sentence_side
+
+    if not report:
+        return None
+    sides = {
+        sentence_side(sentence)
+        for sentence in report.replace("?", ".").split(".")
+        if sentence.strip() and mentions_finding(sentence, finding)
+    } - {None}
+    return next(iter(sides)) if len(sides) == 1 and sides <= {"left", "right"} else None
+
+
 #: what marking a result does, said under the feedback buttons
 FEEDBACK_RULE = (
     "A case marked not relevant leaves the results and cases like it move down; cases like "
@@ -539,6 +555,8 @@ class CaseLookup(ArchiveThumbnails):
             cos_scores, cos_eligible = self.service.gallery_scores(base)
             base_ranks = ranks(cos_scores, cos_eligible, hit_rows)
             base_pct = percentiles(cos_scores, cos_eligible, hit_rows)
+        step(0.75, "Chance of the same status at each rank (measured once per geometry)")
+        calibration, note = self._calibration(request, settings, query, name.display)
         step(0.8, "Thumbnails")
         self.prefetch_thumbnails(h.image_id for h in result.hits)
         pct = percentiles(scores, eligible, hit_rows)
@@ -550,6 +568,7 @@ class CaseLookup(ArchiveThumbnails):
                 report=self.report_texts.report_for(hit.metadata.get("source_path"), hit.image_id),
                 baseline_rank=base_ranks[i],
                 baseline_percentile=base_pct[i],
+                same_status=None if calibration is None else calibration.at(hit.rank),
             )
             for i, hit in enumerate(result.hits)
         )
@@ -560,7 +579,8 @@ class CaseLookup(ArchiveThumbnails):
             f"{finding} · {name.display}{anchors} · {result.candidates:,} candidate cases · "
             f"query: {query.name}{mixed}"
         )
-        legend = similarity_legend(name.display, result.candidates, shown_baseline)
+        legend = similarity_legend(name.display, result.candidates, shown_baseline, calibration,
+                                   finding)  # fmt: skip
         links = None
         if self.viewer_links is not None:
             query_study = self._metadata(query.case_id).get("study_uid") if (
@@ -568,20 +588,38 @@ class CaseLookup(ArchiveThumbnails):
             links = self.viewer_links(user, query_study, [
                 (h.image_id, h.metadata.get("study_uid")) for h in result.hits])  # fmt: skip
         html = results_html(list(rows), title, finding, legend, selected, relevant, not_relevant,
-                            shown_baseline, next(self._serials), links)  # fmt: skip
+                            shown_baseline, next(self._serials), links, note)  # fmt: skip
         html = density_banner_html(result.density) + html  # OOD warning / typicality line
         step(1.0, "Done")
         return ResultsPage(result, rows, title, legend, html, shown_baseline)
+
+    def _calibration(self, request, settings: SearchSettings, query: QueryImage, display: str):
+        """(the rank calibration or None, a note when the query is unlike the archive)."""
+        try:
+            calibration = self.service.rank_calibration(request, settings.top_k)
+            nearest = self.service.nearest_cosine(request)
+        except ValueError:
+            return None, ""
+        note = ""
+        if calibration is not None and nearest < calibration.nearest_low:
+            note = (
+                f"{query.name[0].upper() + query.name[1:]} is unlike this archive: its closest "
+                f"archived image has cosine {nearest:.2f}, while 99 % of archived images have "
+                f"one above {calibration.nearest_low:.2f}. The ranking and its chances were "
+                "measured on archived cases and may not hold for it."
+            )
+        return calibration, note
 
     def explain(self, query: QueryImage | None, settings: SearchSettings, image_id: int) -> str:
         """Escaped HTML: the anchor sentences that make the query and the result close."""
         if query is None:
             raise ValueError("pick a query first")
         request = self._request(query, settings, settings.geometry)
-        explanation = self.service.explain(request, int(image_id))
         finding = canonical_finding(settings.finding)
+        side = report_side(query.report, finding)  # the query's finding side, from its report
+        explanation = self.service.explain(request, int(image_id), side=side)
         key = self.service.anchors.anchor_set(finding, settings.anchor_set or None).key
-        html = explanation_html(explanation, query.name, int(image_id), finding, key)
+        html = explanation_html(explanation, query.name, int(image_id), finding, key, side)
         if not geometry_name(settings.geometry).needs_anchors:
             html += (
                 "<p class='cx-note'>Cosine ranked these results without anchors; the sentences "

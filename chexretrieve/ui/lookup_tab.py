@@ -14,7 +14,7 @@ import gradio as gr
 
 from chexretrieve.findings import FINDINGS
 from chexretrieve.geometry import GEOMETRIES, geometry_name
-from chexretrieve.ui.case_picker import PICKER_CHOICES
+from chexretrieve.ui.case_picker import PICKER_CHOICES, STATUS_WORDS
 from chexretrieve.ui.compare import CompareViewer
 from chexretrieve.ui.config import UIConfig
 from chexretrieve.ui.events import PRIVATE, attempt, who
@@ -23,6 +23,7 @@ from chexretrieve.ui.input_limits import MAX_CASE_ID, MAX_DATE_TEXT, MAX_FREE_TE
 from chexretrieve.ui.page_scripts import RESULTS_JS
 from chexretrieve.ui.render import message_html
 from chexretrieve.ui.upload_guard import refused_upload_message, upload_guard_js
+from chexretrieve.ui.url_state import PAGE_JS, restore, search_url, settings_from_url, with_url
 from chexretrieve.ui.viewer import DEFAULT_PRESET
 from chexretrieve.ui.viewer_panel import build_viewer_panel, wire_viewer_panel
 
@@ -68,6 +69,7 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
         relevant_state = gr.State(())
         not_relevant_state = gr.State(())
         page_state = gr.State(0)  # page of the case picker
+        upload_ok = gr.State(False)  # whether the last upload became the query
         with gr.Row(equal_height=False, elem_classes=["cx-lookup"]):
             with gr.Column(scale=1, min_width=300, elem_classes=["cx-query-panel"]):
                 with gr.Row(equal_height=True):
@@ -95,7 +97,7 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
                             min_width=120,
                         )
                         pick_status = gr.Dropdown(
-                            list(PICKER_CHOICES),
+                            [(STATUS_WORDS.get(s, s), s) for s in PICKER_CHOICES],
                             value="any",
                             label="Label of the finding",
                             elem_id="pick-status",
@@ -128,7 +130,7 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
             with gr.Column(scale=3, min_width=600):
                 message = gr.HTML(
                     elem_id="lookup-message",
-                    js_on_load=upload_guard_js("upload", config.max_upload_mb),
+                    js_on_load=upload_guard_js("upload", config.max_upload_mb) + PAGE_JS,
                 )
                 with gr.Row(equal_height=True):
                     finding = gr.Dropdown(
@@ -288,6 +290,11 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
                 )  # fmt: skip
                 ids = page.image_ids
                 feedback = CaseLookup.feedback_text(relevant, not_relevant)
+                latest = lookup.anchor_set_choices(settings.finding)[1]
+                html = with_url(page.html, search_url(query, settings, latest))  # the address
+                if selected is None:  # nothing selected: a viewer of the query alone stays
+                    return ("", html, ids, None, feedback, NO_SELECTION, "",
+                            *(gr.skip(),) * 5)  # fmt: skip
                 if selected not in ids:
                     gone = ""
                     if selected is not None:
@@ -295,7 +302,7 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
                             f"Case {selected} is no longer in the top {len(ids)}; its selection "
                             "was cleared."
                         )
-                    return (message_html(gone, "info"), page.html, ids, None, feedback,
+                    return (message_html(gone, "info"), html, ids, None, feedback,
                             NO_SELECTION, "", gr.update(visible=False), False, gr.skip(),
                             gr.skip(), gr.skip())  # fmt: skip
                 explained = lookup.explain(query, settings, selected)
@@ -306,7 +313,7 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
                         record=False, preset=data[panel.preset],
                     )  # fmt: skip
                     viewer_outputs = (shown.title_html, shown.images_html, shown.details_html)
-                return ("", page.html, ids, selected, feedback, explained, gr.skip(),
+                return ("", html, ids, selected, feedback, explained, gr.skip(),
                         gr.skip(), gr.skip(), *viewer_outputs)  # fmt: skip
 
             def failed(text):
@@ -327,7 +334,6 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
             trigger(load_case, [widget, finding], query_outputs, **on_query).then(
                 quiet_search, search_inputs, search_outputs, **on_results
             )
-    upload_ok = gr.State(False)  # whether the last upload became the query
 
     def search_after_upload(data: dict, request: gr.Request, progress=gr.Progress()):
         if not data[upload_ok]:
@@ -399,8 +405,11 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
     select_inputs = {query_state, ids_state, *settings_inputs, panel.window, panel.preset}
     select_outputs = [
         message, selected_state, explanation, selected_info, panel.column, panel.is_open,
-        panel.title, panel.images, panel.details, panel.message,
+        panel.title, panel.images, panel.details, panel.message, panel.relevant,
+        panel.not_relevant,
     ]  # fmt: skip
+    # the feedback buttons only where there is a result to mark (not in the query's own viewer)
+    marks_shown = (gr.update(visible=True), gr.update(visible=True))
 
     def select_result(data: dict, evt: gr.EventData, request: gr.Request):
         query, ids, window = data[query_state], tuple(data[ids_state] or ()), data[panel.window]
@@ -421,7 +430,7 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
             details = lookup.result_details(image_id, finding=settings.finding, what=None)
             return ("", image_id, lookup.explain(query, settings, image_id), details,
                     gr.update(visible=True), True, shown.title_html, shown.images_html,
-                    shown.details_html, "")  # fmt: skip
+                    shown.details_html, "", *marks_shown)  # fmt: skip
 
         return attempt(act, lambda t: (message_html(t), *(gr.skip(),) * (len(select_outputs) - 1)))
 
@@ -434,26 +443,28 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
                 preset=data[panel.preset],
             )  # fmt: skip
             return ("", gr.update(visible=True), True, shown.title_html, shown.images_html,
-                    shown.details_html)  # fmt: skip
+                    shown.details_html, gr.update(visible=False),
+                    gr.update(visible=False))  # fmt: skip
 
-        return attempt(act, lambda t: (message_html(t), *(gr.skip(),) * 5))
+        return attempt(act, lambda t: (message_html(t), *(gr.skip(),) * 7))
 
     open_query_btn.click(
         open_query, {query_state, *settings_inputs, panel.window, panel.preset},
-        [message, panel.column, panel.is_open, panel.title, panel.images, panel.details],
+        [message, panel.column, panel.is_open, panel.title, panel.images, panel.details,
+         panel.relevant, panel.not_relevant],
         **on_query,
     )  # fmt: skip
 
     # --------------------------------------------------------------- relevance feedback
     def mark(relevant_flag: bool):
         def handler(selected, relevant, not_relevant):
-            if selected is None:
+            if selected is None:  # said in the viewer too: a query-only viewer stays open
                 text = "Select a result first (click its card or row), then mark it."
-                return message_html(text), gr.skip(), gr.skip()
+                return message_html(text), message_html(text), gr.skip(), gr.skip()
             rel = set(relevant) - {selected}
             non = set(not_relevant) - {selected}
             (rel if relevant_flag else non).add(int(selected))
-            return "", tuple(sorted(rel)), tuple(sorted(non))
+            return "", "", tuple(sorted(rel)), tuple(sorted(non))
 
         return handler
 
@@ -466,7 +477,7 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
             button.click(
                 mark(flag),
                 [selected_state, *feedback_states],
-                [message, *feedback_states],
+                [message, panel.message, *feedback_states],
                 **quietly,
             ).then(quiet_search, search_inputs, search_outputs, **on_results)
     clear_btn.click(lambda: ((), ()), None, feedback_states, **quietly).then(
@@ -474,17 +485,48 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
     )
 
     # ------------------------------------------------------------------ page load
+    restored_outputs = [anchor_set, message, finding, geometry, case_id, free_text, views, sex,
+                        age_min, age_max, date_from, date_to, label_known,
+                        case_pick]  # fmt: skip
+
     def page_loaded(fnd, request: gr.Request):
         """Anchor-set versions as they are now (a version saved before a reload is offered, and
-        the latest is the default, as for the CLI); the picker's first page for this user."""
+        the latest is the default, as for the CLI), the settings the address names, and the
+        picker's first page for this user."""
+        wanted = settings_from_url(getattr(request, "query_params", None))
 
         def act():
-            choices, default = lookup.anchor_set_choices(fnd or DEFAULT_FINDING)
-            found = lookup.case_page(None, fnd or DEFAULT_FINDING, None, 0, user=who(request))
+            got = restore(lookup, wanted, fnd, DEFAULT_FINDING)
+            info = "" if got.uses_anchors else COSINE_NOTE
+            usable = {"interactive": got.uses_anchors, "info": info}
+            w = got.wanted
+
+            def value(v):
+                return gr.skip() if v is None else gr.update(value=v)
+
+            found = lookup.case_page(None, got.finding, None, 0, user=who(request))
             listed = gr.update(choices=found.choices, value=None, info=found.summary)
-            return gr.update(choices=choices, value=default), "", listed
 
-        return attempt(act, lambda t: (gr.skip(), message_html(t), gr.skip()))
+            return (
+                gr.update(choices=got.anchor_choices, value=got.anchor_set, **usable), "",
+                gr.update(value=got.finding, **usable), value(got.geometry), value(w.case),
+                value(w.text), value(None if w.views is None else list(w.views)), value(w.sex),
+                value(w.age_min), value(w.age_max), value(w.date_from), value(w.date_to),
+                value(w.label_known), listed,
+            )  # fmt: skip
 
-    app.load(page_loaded, finding, [anchor_set, message, case_pick], **quietly)
+        def failed(text):
+            return (gr.skip(), message_html(text), *(gr.skip(),) * (len(restored_outputs) - 2))
+
+        return attempt(act, failed)
+
+    def load_linked_case(value, fnd, request: gr.Request):
+        """The case the address names, as if typed (nothing without one)."""
+        if settings_from_url(getattr(request, "query_params", None)).case is None:
+            return (gr.skip(),) * len(query_outputs)
+        return load_case(value, fnd, request)
+
+    app.load(page_loaded, finding, restored_outputs, **quietly).then(
+        load_linked_case, [case_id, finding], query_outputs, **on_query
+    ).then(quiet_search, search_inputs, search_outputs, **on_results)
     return LookupTab(finding=finding, anchor_set=anchor_set)

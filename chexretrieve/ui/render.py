@@ -14,8 +14,10 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-#: CheXpert label value -> word shown to users
-LABEL_WORDS = {1.0: "positive", 0.0: "negative", -1.0: "uncertain"}
+from chexretrieve.findings import LABEL_WORDS, NOT_MENTIONED
+from chexretrieve.findings import label_word as finding_label_word
+
+__all__ = ["LABEL_WORDS", "NOT_MENTIONED"]  # re-exported: the words shown to users
 
 #: metadata shown for archived cases and uploads (no names, ids, UIDs or file paths: PHI-minimal)
 DETAIL_FIELDS = (
@@ -81,9 +83,10 @@ def format_text(value: object) -> str:
 
 
 def label_word(value: object) -> str:
+    """positive / negative / uncertain / not mentioned (one word set for every screen)."""
     if is_missing(value):
-        return "unknown"
-    return LABEL_WORDS.get(float(value), "unknown")
+        return NOT_MENTIONED
+    return finding_label_word(value)
 
 
 def format_score(score: float) -> str:
@@ -121,7 +124,7 @@ def details_html(title: str, meta: dict, notes: Sequence[str] = ()) -> str:
 
 
 def _chip(word: str) -> str:
-    return f"<span class='cx-label cx-{word}'>{word}</span>"
+    return f"<span class='cx-label cx-{word.replace(' ', '-')}'>{word}</span>"
 
 
 def hits_table_html(
@@ -216,9 +219,12 @@ def plain_explanation(explanation, query_name: str = "the query") -> str:
     return line
 
 
-def explanation_html(explanation, query_name: str, image_id: int, finding: str, key: str) -> str:
+def explanation_html(
+    explanation, query_name: str, image_id: int, finding: str, key: str, side: str | None = None
+) -> str:
     """The anchor explanation of one result as escaped HTML: a plain-language line, then the
-    anchor sentences both weigh most and those that set them apart (two small tables)."""
+    anchor sentences both weigh most and those that set them apart (two small tables), in the
+    terms of the geometry that ranked them, with a note when they are an approximation."""
     shared = "".join(
         f"<tr><td class='cx-text'>{esc(t.sentence)}</td>{_polarity_cell(t)}"
         f"{_weight_cell(t.query_weight)}{_weight_cell(t.result_weight)}</tr>"
@@ -234,17 +240,48 @@ def explanation_html(explanation, query_name: str, image_id: int, finding: str, 
         "<div class='cx-explanation'>"
         f"<div class='cx-details-title'>Why case {int(image_id)} is close to {esc(query_name)}"
         f"</div><p class='cx-plain'>{esc(plain_explanation(explanation, query_name))}</p>"
-        f"<p class='cx-note'>{esc(finding)} · anchors {esc(key)} · an image's weight on an "
-        "anchor sentence is its share of the image's softmax profile over the set (weights of "
-        "one image add up to 1)</p>"
-        "<p class='cx-sub'>Anchor sentences both images weight most</p>"
+        f"<p class='cx-note'>{esc(finding)} · anchors {esc(key)} · {esc(_terms_note(explanation))}"
+        "</p>"
+        + "".join(f"<p class='cx-note'>{esc(n)}</p>" for n in _caveats(explanation, finding, side))
+        + "<p class='cx-sub'>Anchor sentences both images weight most</p>"
         "<table class='cx-hits'><thead><tr><th>anchor sentence</th><th>says</th><th>query</th>"
         f"<th>result</th></tr></thead><tbody>{shared}</tbody></table>"
-        f"<p class='cx-sub'>Anchors that set them apart (symmetrised KL "
-        f"{explanation.divergence:.4f} in total)</p>"
+        f"<p class='cx-sub'>Anchors that set them apart (how differently the two images weigh "
+        f"them; {explanation.divergence:.4f} in total)</p>"
         "<table class='cx-hits'><thead><tr><th>anchor sentence</th><th>says</th><th>query</th>"
-        f"<th>result</th><th>KL term</th></tr></thead><tbody>{differing}</tbody></table></div>"
+        f"<th>result</th><th>difference</th></tr></thead><tbody>{differing}</tbody></table></div>"
     )
+
+
+def _terms_note(explanation) -> str:
+    if getattr(explanation, "method", "softmax") == "gaussian":
+        return (
+            "Gaussian geometry: the distance between the two images is the sum over the anchor "
+            "sentences of how differently they lie along each sentence's offset from the set's "
+            "mean (a Mahalanobis distance); an image's weight is its projection on that offset"
+        )
+    return (
+        "an image's weight on an anchor sentence is its share of the image's softmax profile "
+        "over the set (weights of one image add up to 1)"
+    )
+
+
+def _caveats(explanation, finding: str, side: str | None) -> list[str]:
+    notes = []
+    if getattr(explanation, "approximate", False):
+        notes.append(
+            "Approximate: the ranking geometry's score does not split sentence by sentence, so "
+            "the pair is explained by the anchor set's "
+            + ("Gaussian terms without the broad prior's share." if explanation.method ==
+               "gaussian" else "softmax profile.")
+        )  # fmt: skip
+    other = getattr(explanation, "left_out_side", None)
+    if other and side:
+        notes.append(
+            f"Sentences that name only the {other} side are left out: the query's report puts "
+            f"the {finding} on the {side}."
+        )
+    return notes
 
 
 def thumbnail(display: np.ndarray, max_side: int) -> np.ndarray:

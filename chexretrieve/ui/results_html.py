@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from chexretrieve.findings import FINDINGS
+from chexretrieve.findings import FINDINGS, NOT_MENTIONED
 from chexretrieve.ui.render import (
     esc,
     format_age,
@@ -62,6 +62,9 @@ class ResultRow:
     # rank and percentile of the same case under plain cosine (the optional baseline column)
     baseline_rank: int | None = None
     baseline_percentile: float | None = None
+    # chance (0..1) that a result at this rank shares the query's finding status, measured on
+    # the labelled archive (chexretrieve.search.calibration); None = not measurable here
+    same_status: float | None = None
 
 
 def percentiles(scores: np.ndarray, eligible: np.ndarray, rows: Iterable[int]) -> list[float]:
@@ -85,6 +88,17 @@ def ranks(scores: np.ndarray, eligible: np.ndarray, rows: Iterable[int]) -> list
     return [
         1 + int(pool.size - np.searchsorted(pool, float(scores[row]), side="right")) for row in rows
     ]
+
+
+def format_chance(value: float | None) -> str:
+    return "—" if value is None or not math.isfinite(value) else f"{100 * value:.0f} %"
+
+
+def _similarity(row: ResultRow) -> str:
+    """What a result's similarity reads: the calibrated chance, else the percentile."""
+    if row.same_status is not None:
+        return format_chance(row.same_status)
+    return format_percentile(row.percentile)
 
 
 def format_percentile(value: float | None) -> str:
@@ -126,6 +140,7 @@ def results_html(
     baseline: bool = False,
     serial: int = 0,
     viewer_links: Mapping[int, str] | None = None,
+    note: str = "",
 ) -> str:
     """Cards and table of one ranking (escaped); ``selected`` is highlighted in both. ``serial``
     numbers the answers of one server (``data-serial``: a new answer is told from an identical
@@ -154,8 +169,9 @@ def results_html(
             f"title='Compare case {image_id} with the query'>"
             f"<img src='{row.thumbnail_uri}' alt='case {image_id}' draggable='false'>"
             f"<span class='cx-card-text'><b>#{hit.rank}</b> case {image_id}{mark}</span>"
-            f"<span class='cx-card-text'><span class='cx-sim'>"
-            f"{format_percentile(row.percentile)}</span> {_chip(label)}</span></button>"
+            f"<span class='cx-card-text'><span class='cx-sim' title='percentile "
+            f"{format_percentile(row.percentile)}'>{_similarity(row)}</span> "
+            f"{_chip(label)}</span></button>"
             f"{link}</div>"
         )
         m = hit.metadata
@@ -174,8 +190,8 @@ def results_html(
         lines.append(
             f"<tr class='cx-row{state}' data-case='{image_id}' tabindex='0'>"
             f"<td>{hit.rank}{mark}</td><td>{image_id}</td>"
-            f"<td class='cx-num' title='raw score {esc(format_score(hit.score))}'>"
-            f"{format_percentile(row.percentile)}</td>{baseline_cell}"
+            f"<td class='cx-num' title='percentile {format_percentile(row.percentile)}, raw "
+            f"score {esc(format_score(hit.score))}'>{_similarity(row)}</td>{baseline_cell}"
             f"<td>{esc(format_text(m.get('view_position')))}</td>"
             f"<td>{esc(format_text(m.get('patient_sex')))}</td>"
             f"<td>{esc(format_age(m.get('patient_age_years')))}</td>"
@@ -184,20 +200,40 @@ def results_html(
             f"<td class='cx-text cx-report' title='{esc(report)}'>{esc(excerpt) or '—'}</td>"
             f"{f'<td>{link}</td>' if links else ''}</tr>"
         )
-    heads = ["#", "case", "similarity"] + (["cosine (baseline)"] if baseline else [])
+    calibrated = bool(rows) and rows[0].same_status is not None
+    heads = ["#", "case", "same status" if calibrated else "similarity"]
+    heads += ["cosine (baseline)"] if baseline else []
     heads += ["view", "sex", "age", "date", finding, "report"] + (["viewer"] if links else [])
     head = "".join(f"<th>{esc(h)}</th>" for h in heads)
     return (
         f"{root}<div class='cx-results-title'>{esc(title)}</div>"
-        f"<div class='cx-cards'>{''.join(cards)}</div>"
+        + (f"<p class='cx-note cx-unlike' role='status'>{esc(note)}</p>" if note else "")
+        + f"<div class='cx-cards'>{''.join(cards)}</div>"
         f"<div class='cx-table-wrap'><table class='cx-hits cx-result-table'><thead><tr>{head}"
         f"</tr></thead><tbody>{''.join(lines)}</tbody></table></div>"
         f"<p class='cx-legend'>{esc(legend)}</p></div>"
     )
 
 
-def similarity_legend(geometry_display: str, candidates: int, baseline: bool) -> str:
+def similarity_legend(
+    geometry_display: str, candidates: int, baseline: bool, calibration=None, finding: str = ""
+) -> str:
     """What the similarity numbers mean (plain text)."""
+    if calibration is not None:
+        text = (
+            f"Same status: the chance that a result at that rank has the query's {finding} "
+            f"status (present, or absent / not mentioned), measured under {geometry_display} on "
+            f"{calibration.n_queries} labelled archived cases searched the same way; a random "
+            f"archived case has it {100 * calibration.chance:.0f} % of the time. It is about the "
+            "rank, not the pair (hover a number for the case's percentile among the "
+            f"{candidates:,} candidates and its raw score)."
+        )
+        if baseline:
+            text += (
+                " Cosine (baseline): the rank and percentile the same case has under plain cosine "
+                "similarity of the embeddings, which ignores the finding."
+            )
+        return text
     text = (
         f"Similarity: the percentile of a case among the {candidates:,} candidate cases under "
         f"{geometry_display}: 100 = more similar to the query than every other candidate, 50 = a "
@@ -214,15 +250,15 @@ def similarity_legend(geometry_display: str, candidates: int, baseline: bool) ->
 def labels_html(labels: Mapping[str, object] | None, finding: str | None = None) -> str:
     """Every finding's label as chips: the chosen finding first, then positives, uncertain,
     negatives; 'no labels' when the image has none (escaped)."""
-    if not labels or all(label_word(labels.get(f)) == "unknown" for f in FINDINGS):
+    if not labels or all(label_word(labels.get(f)) == NOT_MENTIONED for f in FINDINGS):
         return "<p class='cx-note'>No labels for this image.</p>"
-    order = {"positive": 0, "uncertain": 1, "negative": 2, "unknown": 3}
+    order = {"positive": 0, "uncertain": 1, "negative": 2, NOT_MENTIONED: 3}
     named = [(f, label_word(labels.get(f))) for f in FINDINGS]
     named.sort(key=lambda item: (item[0] != finding, order[item[1]], item[0]))
     chips = "".join(
         f"<span class='cx-finding'>{esc(f)} {_chip(word)}</span>"
         for f, word in named
-        if word != "unknown" or f == finding
+        if word != NOT_MENTIONED or f == finding
     )
     return f"<div class='cx-labels'>{chips}</div>"
 

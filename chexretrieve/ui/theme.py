@@ -25,7 +25,7 @@ td.cx-num {font-variant-numeric: tabular-nums}
 .cx-positive {background: #fde8e8; color: #9b1c1c; border-color: #f8b4b4}
 .cx-negative {background: #e6f4ea; color: #1e6b34; border-color: #a8dab5}
 .cx-uncertain {background: #fff4d6; color: #8a5a00; border-color: #f3d27a}
-.cx-unknown {background: #f1f3f5; color: #5f6b76; border-color: #dde2e6}
+.cx-not-mentioned {background: #f1f3f5; color: #5f6b76; border-color: #dde2e6}
 .cx-ranking-title {font-size: 0.92rem; padding: 0.1rem 0.2rem}
 .cx-details-title {font-weight: 600; font-size: 0.92rem; margin-bottom: 0.3rem}
 .cx-details table {border-collapse: collapse; width: 100%; font-size: 0.84rem}

@@ -10,7 +10,7 @@ refuses what is not a DICOM, PNG or JPEG image (``upload_errors.upload_message``
 
 from __future__ import annotations
 
-from chexretrieve.ui.upload_errors import upload_message
+from chexretrieve.dicom.query_messages import upload_message
 
 _MIB = 1024 * 1024
 

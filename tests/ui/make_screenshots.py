@@ -116,7 +116,7 @@ def drive(url: str, query_case: int) -> None:
                 page.fill("#cur-desc input, #cur-desc textarea", "screenshot edit")
                 page.click("#cur-save")
                 page.wait_for_function(
-                    "() => document.querySelector('#cur-status').innerText.includes('Saved')"
+                    "() => document.querySelector('#cur-status').innerText.includes('Draft')"
                 )
             page.click("#cur-impact")
             page.wait_for_function(

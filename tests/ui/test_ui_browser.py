@@ -411,10 +411,10 @@ def test_search_by_case_one_ranking_with_labels_reports_and_explanation(page, wo
     assert page.locator("#results table").count() == 1  # one ranking
     assert page.locator("#results .cx-card img").count() == 12
     head = page.inner_text("#results thead")
-    assert "similarity" in head and "report" in head and "Pleural Effusion" in head
-    legend = page.inner_text("#results .cx-legend")
-    assert "percentile" in legend and "100 = more similar" in legend
-    assert page.inner_text("#results tbody tr:first-child td:nth-child(3)") == "100"
+    assert "same status" in head and "report" in head and "Pleural Effusion" in head
+    legend = page.inner_text("#results .cx-legend")  # a calibrated chance (issue 24)
+    assert "Same status: the chance that a result at that rank" in legend
+    assert re.fullmatch(r"\d+ %", page.inner_text("#results tbody tr:first-child td:nth-child(3)"))
     reports = [row[-1] for row in _table(page)]
     assert sum(1 for r in reports if r != "—") >= 10  # phantom reports reach the table
     info = page.inner_text("#query-info")
@@ -777,8 +777,8 @@ def test_defect_6_a_saved_anchor_version_survives_a_reload_and_is_the_default(pa
         "() => document.querySelector('#cur-table').innerText.includes('pleural_effusion.a@1')"
     )
     text = page.input_value("#cur-edit textarea")
-    page.fill("#cur-edit textarea", text + "\n+ Layering right pleural fluid.")
-    page.click("#cur-save")
+    page.fill("#cur-edit textarea", text + "\n+ Layering right pleural effusion.")
+    page.click("#cur-publish")  # published at once (issue 24: a draft is saved first otherwise)
     _wait_text(page, "#cur-status", "pleural_effusion.a@2")
     assert latest_anchor_set("Pleural Effusion", root=world["anchors"]).key == (
         "pleural_effusion.a@2"
@@ -797,14 +797,14 @@ def test_defect_6_a_saved_anchor_version_survives_a_reload_and_is_the_default(pa
     page.wait_for_function(
         "() => document.querySelector('#cur-set input').value === 'pleural_effusion.a@2'"
     )
-    _wait_text(page, "#cur-table", "Layering right pleural fluid.")
+    _wait_text(page, "#cur-table", "Layering right pleural effusion.")
     page.get_by_role("tab", name="Case lookup").click()
     _load_case(page, 5)
     assert "anchors pleural_effusion.a@2" in page.inner_text("#results .cx-results-title")
 
 
-def test_defect_7_empty_search_strict_case_ids_and_a_picker_beyond_the_first_page(page):
-    page.reload()
+def test_defect_7_empty_search_strict_case_ids_and_a_picker_beyond_the_first_page(page, server):
+    page.goto(server)  # a fresh page (a reload keeps the search in the address: issue 24)
     page.wait_for_selector(CASE_ID)
     assert page.input_value(CASE_ID) == ""
     page.click("#search")
@@ -880,7 +880,7 @@ def test_curation_saves_a_new_version_and_measures_impact(page, world):
     assert text.startswith("+ ")
     page.fill("#cur-edit textarea", text + "\n+ Patchy opacity in the right lower zone.")
     page.fill("#cur-desc input, #cur-desc textarea", "browser test edit")
-    page.click("#cur-save")
+    page.click("#cur-publish")
     _wait_text(page, "#cur-status", "lung_opacity.a@2")
     assert "1 added" in page.inner_text("#cur-status")
     saved = world["anchors"] / "findings" / "lung_opacity" / "v2-a.yaml"

@@ -52,7 +52,7 @@ def test_case_picker_pages_through_every_case_with_labels(lookup):
     label = first.choices[0][0]
     word = {1.0: "positive", 0.0: "negative", -1.0: "uncertain"}
     value = lookup.gallery.labels.loc[1, FINDING]
-    expected = "unknown" if np.isnan(value) else word[value]
+    expected = "not mentioned" if np.isnan(value) else word[value]
     assert label == f"case 1 · AP · M 30 · 2021-01-01 · {FINDING}: {expected}"
     last = lookup.case_page(finding=FINDING, page=2)
     assert [v for _, v in last.choices] == list(range(21, 31))

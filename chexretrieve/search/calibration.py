@@ -1,0 +1,107 @@
+"""A similarity that means something across queries and geometries (issue 24, defect 5): the
+chance that a result at a given rank shares the query's finding status, measured on the labelled
+archive, and whether a query is unlike every archived image.
+
+For a geometry, an anchor set and a finding, up to ``SearchConfig.calibration_queries`` archived
+images whose label of the finding is known are searched in turn (seeded sample; their own study
+excluded, as always). A case's *status* is present (label 1) or absent (0, or not mentioned, as in
+the evaluation protocol); uncertain labels (-1) are left out on both sides. At each rank r = 1..K
+the share of results whose status equals the query's is counted over the sampled queries, and
+made non-increasing in r by weighted isotonic regression (pool-adjacent-violators): a better rank
+never gets a lower chance. ``chance`` is the same share for a random pair of archived cases.
+
+"Unlike the archive": the query's highest cosine with any archived image (its own study
+excluded) is below the 1st percentile of that value over the sampled archived images.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+
+def isotonic_decreasing(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """The weighted least-squares non-increasing fit of ``values`` (pool adjacent violators)."""
+    values = np.asarray(values, dtype=np.float64)
+    weights = np.asarray(weights, dtype=np.float64)
+    blocks: list[list[float]] = []  # [mean, weight, length]
+    for value, weight in zip(values, weights, strict=True):
+        blocks.append([value, weight, 1])
+        while len(blocks) > 1 and blocks[-2][0] < blocks[-1][0]:
+            mean2, weight2, length2 = blocks.pop()
+            mean1, weight1, length1 = blocks.pop()
+            total = weight1 + weight2
+            mean = (mean1 * weight1 + mean2 * weight2) / total if total > 0 else (mean1 + mean2) / 2
+            blocks.append([mean, total, length1 + length2])
+    return np.concatenate([np.full(int(length), mean) for mean, _, length in blocks])
+
+
+def statuses(labels: np.ndarray) -> np.ndarray:
+    """1.0 present, 0.0 absent (label 0 or not mentioned), NaN uncertain (-1)."""
+    labels = np.asarray(labels, dtype=np.float64)
+    out = np.where(labels == 1, 1.0, 0.0)
+    out[labels == -1] = np.nan
+    return out
+
+
+@dataclass(frozen=True)
+class RankCalibration:
+    # chance that the result at rank r (index r - 1) shares the query's status
+    probabilities: tuple[float, ...]
+    # archived queries it was measured on
+    n_queries: int
+    # the same chance for a random pair of archived cases
+    chance: float
+    # 1st percentile of the archived images' highest cosine with another archived image
+    nearest_low: float
+
+    def at(self, rank: int) -> float | None:
+        return self.probabilities[rank - 1] if 1 <= rank <= len(self.probabilities) else None
+
+
+def calibrate(
+    scores_of: Callable[[int], tuple[np.ndarray, np.ndarray]],
+    image_ids: np.ndarray,
+    labels: np.ndarray,
+    embeddings: np.ndarray,
+    top_k: int,
+    n_queries: int,
+    seed: int = 0,
+) -> RankCalibration | None:
+    """``scores_of(image id)`` -> (scores, eligible) over the gallery rows for that archived
+    query. None when fewer than 10 images have a known status."""
+    status = statuses(labels)
+    known = np.flatnonzero(~np.isnan(status))
+    if len(known) < 10:
+        return None
+    rng = np.random.default_rng(seed)
+    picked = rng.choice(known, size=min(n_queries, len(known)), replace=False)
+    same = np.zeros(top_k)
+    counted = np.zeros(top_k)
+    nearest = []
+    rows = np.asarray(embeddings, dtype=np.float32)
+    for row in picked:
+        scores, eligible = scores_of(int(image_ids[row]))
+        allowed = np.flatnonzero(eligible)
+        if len(allowed) == 0:
+            continue
+        order = allowed[np.argsort(-np.asarray(scores)[allowed], kind="stable")[:top_k]]
+        found = status[order]
+        usable = ~np.isnan(found)
+        same[: len(order)] += (found == status[row]) & usable
+        counted[: len(order)] += usable
+        cosines = rows[allowed] @ rows[row]
+        nearest.append(float(cosines.max()))
+    if counted.sum() == 0:
+        return None
+    share = np.divide(same, counted, out=np.zeros_like(same), where=counted > 0)
+    fitted = isotonic_decreasing(share, counted)
+    present = float(np.nanmean(status))
+    return RankCalibration(
+        probabilities=tuple(float(v) for v in fitted),
+        n_queries=len(picked),
+        chance=present**2 + (1.0 - present) ** 2,
+        nearest_low=float(np.percentile(nearest, 1)) if nearest else float("nan"),
+    )
