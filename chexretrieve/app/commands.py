@@ -60,6 +60,7 @@ def search_command(
     from rich.markup import escape
 
     from chexretrieve.app import AppConfig, open_search_app
+    from chexretrieve.search.duplicates import content_signature
     from chexretrieve.search.gallery import SearchFilters
     from chexretrieve.search.output import print_result, result_as_dict
     from chexretrieve.search.service import SearchRequest
@@ -89,9 +90,11 @@ def search_command(
                 geometry=geometry,
                 case_id=case,
                 image=radiograph.pixels if radiograph is not None else None,
-                # the image's own study and pixels, when archived, are not results
+                # the image's own study and pixels, when archived, are not results, nor are
+                # archived copies of its content (as PNG, JPEG, another size)
                 query_study_uid=radiograph.metadata.study_uid if radiograph else None,
                 query_pixel_sha256=radiograph.pixel_sha256 if radiograph else None,
+                query_signature=content_signature(radiograph.pixels) if radiograph else None,
                 text=text,
                 anchor_set=anchor_set,
                 top_k=top_k,

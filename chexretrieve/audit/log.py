@@ -223,8 +223,17 @@ class AuditLog:
         write_head(self.path, self._key, adopted, self.fsync)
         return adopted
 
-    def search(self, user: str | None, request: Any, result: Any, query_study: str | None = None):
-        """A search: the query as asked, and every result shown (image id and study UID)."""
+    def search(
+        self,
+        user: str | None,
+        request: Any,
+        result: Any,
+        query_study: str | None = None,
+        **extra: Any,
+    ):
+        """A search: the query as asked, and every result shown (image id and study UID);
+        ``extra`` fields (JSON-ready) are recorded beside them (e.g. ``density``: the query's
+        out-of-distribution flag and log-density)."""
         query: dict[str, Any] = {
             "finding": result.finding,
             "geometry": result.geometry,
@@ -256,7 +265,7 @@ class AuditLog:
             {"image": int(hit.image_id), "study": _text(hit.metadata.get("study_uid"))}
             for hit in result.hits
         ]
-        return self.record("search", user, query=query, results=shown)
+        return self.record("search", user, query=query, results=shown, **extra)
 
     def view(self, user: str | None, image_id: int, study_uid: str | None, what: str) -> dict:
         """A study opened on screen: ``what`` says how (e.g. 'query', 'details')."""

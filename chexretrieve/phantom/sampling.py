@@ -257,6 +257,11 @@ def sample_nuisance(
 ) -> dict[str, object]:
     """Nuisance factors: none of them carries a finding label."""
     s = scale
+    marker = "R" if rng.random() < 0.6 else "L"
+    # the draw that once chose the marker's corner at random is kept, so every later factor
+    # (zoom, shift, texture) stays as it was; the corner now follows the letter: images are
+    # displayed facing the patient, so the patient's right ("R") is on the image's left
+    rng.random()
     return {
         "view": "AP" if ap else "PA",
         "body_size": float(np.clip(patient.body_size + rng.normal(0, 0.02) * s, 0.8, 1.22)),
@@ -266,12 +271,18 @@ def sample_nuisance(
         "exposure": float(np.exp(rng.normal(0, 0.12) * s)),
         "contrast": float(np.exp(rng.normal(0, 0.12) * s)),
         "noise": float(rng.uniform(0.004, 0.02) * s),
-        "marker": "R" if rng.random() < 0.6 else "L",
-        "marker_corner": "left" if rng.random() < 0.5 else "right",
+        "marker": marker,
+        "marker_corner": marker_corner(marker),
         "crop_zoom": float(1.0 + rng.uniform(-0.07, 0.1) * s),
         "crop_shift": (float(rng.normal(0, 0.03) * s), float(rng.normal(0, 0.035) * s)),
         "texture": int(rng.integers(0, 1 << 30)),
     }
+
+
+def marker_corner(marker: str) -> str:
+    """The image corner of a side marker: "R" (patient's right) on the image's left, "L" on its
+    right, as a chest radiograph is displayed facing the patient."""
+    return {"R": "left", "L": "right"}[marker]
 
 
 @lru_cache(maxsize=4096)

@@ -45,6 +45,14 @@ class SearchConfig:
     # threads one exact search scans the gallery with (contiguous row ranges of at least 48 MiB,
     # one core each, merged: the same top k); 0 = one per CPU core
     scan_threads: int = 0
+    # copies of an uploaded query (chexretrieve.search.duplicates): archived images whose embedding
+    # cosine with the upload's is at least this are checked by content (1.0 = never checked)
+    duplicate_cosine: float = 0.9
+    # ... and are copies, never results, when their thumbnail's content signature correlates with
+    # the upload's at least this much (copies measured >= 0.998, distinct phantoms <= 0.941)
+    duplicate_correlation: float = 0.98
+    # ... the most candidates (closest by cosine) checked by content per upload
+    duplicate_candidates: int = 64
 
     def __post_init__(self) -> None:
         if self.storage_dtype not in ("float32", "float16"):
@@ -55,6 +63,13 @@ class SearchConfig:
         if self.index_kind not in kinds:
             raise ValueError(
                 f"unknown index kind {self.index_kind!r}; choose one of: {', '.join(kinds)}"
+            )
+        for name in ("duplicate_cosine", "duplicate_correlation"):
+            if not -1.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} is a cosine between -1 and 1, got {getattr(self, name)}")
+        if self.duplicate_candidates < 0:
+            raise ValueError(
+                f"duplicate_candidates must be 0 or positive, got {self.duplicate_candidates}"
             )
         if self.scan_threads < 0:
             raise ValueError(f"scan_threads must be 0 or positive, got {self.scan_threads}")

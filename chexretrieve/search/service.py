@@ -22,6 +22,7 @@ import numpy as np
 
 from chexretrieve.findings import canonical_finding
 from chexretrieve.search.config import SearchConfig
+from chexretrieve.search.duplicates import find_copies
 from chexretrieve.search.explain import Explanation, explain_pair
 from chexretrieve.search.features import (
     FeatureCache,
@@ -89,6 +90,11 @@ class SearchRequest:
     # pixel hash of an uploaded query (chexretrieve.dicom.Radiograph.pixel_sha256): archived
     # images with exactly these pixels are never returned, whatever their UIDs
     query_pixel_sha256: str | None = None
+    # content signature of an uploaded query (chexretrieve.search.duplicates.content_signature):
+    # archived copies of it (re-encoded as PNG / JPEG, resized) are never returned
+    query_signature: np.ndarray | None = None
+    # archived images never returned (the case lookup passes the results marked not relevant)
+    exclude_ids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -99,6 +105,8 @@ class SearchHit:
     metadata: dict
     labels: dict
     explanation: Explanation | None = None
+    # with explain and an archive density: the result's concept decomposition (ConceptShare)
+    concepts: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -109,6 +117,9 @@ class SearchResult:
     encoder_id: str
     hits: tuple[SearchHit, ...]
     candidates: int  # gallery rows that passed the filters
+    # chexretrieve.density QueryDensity (log-density, percentile, OOD flag) or DensityUnavailable;
+    # None when the service has no density provider
+    density: object | None = None
 
 
 class SearchService:
@@ -122,8 +133,12 @@ class SearchService:
         config: SearchConfig | None = None,
         audit=None,
         revision: Callable[[], int] | None = None,
+        density=None,
+        thumbnails=None,
     ):
         self.config = config or SearchConfig()
+        # optional chexretrieve.density.ArchiveDensityProvider: every search is assessed by it
+        self.density = density
         # the archive's generation (chexretrieve.store.Store.archive_revision): read before every
         # search, one small query; when it moved, the gallery is reloaded and its features
         # extended or recomputed, so a running server sees an ingest in its next search
@@ -131,6 +146,10 @@ class SearchService:
         self._gallery_revision: int | None = None
         # optional chexretrieve.audit.AuditLog: every search is recorded with its user and results
         self.audit = audit
+        # optional image ids -> stored thumbnail PNGs (Store.read_thumbnails): the content of
+        # archived images, to find copies of an uploaded query (chexretrieve.search.duplicates)
+        self.thumbnails = thumbnails
+        self._copies_cache: dict[tuple, tuple[int, ...]] = {}
         self._load_gallery = gallery
         self._gallery: Gallery | None = None
         self._gallery_lock = threading.Lock()
@@ -255,6 +274,11 @@ class SearchService:
             ranked = _rank_exactly(features, vector, offset, mask, candidates, k, gallery, threads)
         rows, scores = ranked
         hits = self._hits(rows, scores, gallery, query, anchor_set, request.explain)
+        assessment = None
+        if self.density is not None:
+            assessment = self.density.assess(query, gallery)
+            if request.explain and hits and assessment.concepts:
+                hits = self.density.with_concepts(hits, gallery)
         result = SearchResult(
             finding=finding,
             geometry=spec.name,
@@ -262,12 +286,14 @@ class SearchService:
             encoder_id=gallery.encoder_id,
             hits=hits,
             candidates=candidates,
+            density=assessment,
         )
         if self.audit is not None:
             study = request.query_study_uid
             if request.case_id is not None and "study_uid" in gallery.metadata:
                 study = gallery.metadata["study_uid"].get(int(request.case_id))
-            self.audit.search(user, request, result, query_study=study)
+            extra = {} if assessment is None else {"density": assessment.audit_fields()}
+            self.audit.search(user, request, result, query_study=study, **extra)
         return result
 
     def gallery_scores(self, request: SearchRequest) -> tuple[np.ndarray, np.ndarray]:
@@ -288,12 +314,15 @@ class SearchService:
         scores = self._scores(geometry, features, query, request, gallery)
         return scores, self._eligible(request, finding, gallery, own_row), query, anchor_set
 
-    @staticmethod
-    def _eligible(request, finding, gallery, own_row) -> np.ndarray:
+    def _eligible(self, request, finding, gallery, own_row) -> np.ndarray:
         """Rows that pass the filters, not of the query's own study (an archived case's, or
-        ``query_study_uid``) and not copies of an uploaded query's pixels
-        (``query_pixel_sha256``)."""
+        ``query_study_uid``), not copies of an uploaded query's pixels (``query_pixel_sha256``)
+        and not copies of its content (``query_signature``, see ``copies_of``)."""
         mask = filter_mask(gallery, request.filters, finding)
+        copies = self.copies_of(request, gallery)
+        excluded = [*copies, *(i for i in request.exclude_ids if int(i) in gallery)]
+        if excluded:
+            mask[[gallery.row_of(i) for i in excluded]] = False
         if own_row is not None:
             study = gallery.study_codes[own_row]  # type: ignore[attr-defined]
             if study >= 0:
@@ -306,6 +335,34 @@ class SearchService:
             if value and column in gallery.metadata:
                 mask &= gallery.columns.not_equal(column, value)  # type: ignore[attr-defined]
         return mask
+
+    def copies_of(self, request: SearchRequest, gallery: Gallery | None = None) -> tuple[int, ...]:
+        """Image ids of archived copies of an uploaded query by content (re-encoded, resized):
+        the two tests of chexretrieve.search.duplicates with SearchConfig's thresholds. Empty
+        without ``query_signature``, without a thumbnail reader, or for an archived case."""
+        signature = request.query_signature
+        if signature is None or self.thumbnails is None or request.case_id is not None:
+            return ()
+        gallery = gallery or self.gallery
+        if request.image_embedding is not None:
+            embedding = np.asarray(request.image_embedding, dtype=np.float32).reshape(-1)
+        elif request.image is not None:
+            embedding = self._encoder("an uploaded image").embed_images([request.image])[0]
+        else:
+            return ()
+        signature = np.asarray(signature, dtype=np.float64).reshape(-1)
+        key = (gallery.fingerprint, signature.tobytes(), np.asarray(embedding).tobytes())
+        found = self._copies_cache.get(key)
+        if found is None:
+            config = self.config
+            found = find_copies(
+                embedding, signature, gallery.embeddings, gallery.image_ids, self.thumbnails,
+                config.duplicate_cosine, config.duplicate_correlation, config.duplicate_candidates,
+            )  # fmt: skip
+            if len(self._copies_cache) >= 32:
+                self._copies_cache.pop(next(iter(self._copies_cache)))
+            self._copies_cache[key] = found
+        return found
 
     def _ranks_by_index(self, request: SearchRequest, gallery: Gallery) -> bool:
         return (

@@ -8,13 +8,15 @@ from pathlib import Path
 import numpy as np
 
 from chexretrieve.anchors import AnchorSet, anchor_cache_key, find_anchor_sets, latest_anchor_set
+from chexretrieve.anchors.anchor_set import AnchorSetError
+from chexretrieve.anchors.broad_prior import broad_prior_sets, prior_fingerprint, prior_rows
 from chexretrieve.findings import canonical_finding
 from chexretrieve.search.gallery import Gallery
 from chexretrieve.search.service import AnchorSetRef
 
 logger = logging.getLogger(__name__)
 
-#: the broad clinical-text corpus that posterior geometries use as their prior
+#: the shipped broad clinical-text corpus, first of the prior (chexretrieve.anchors.broad_prior)
 BROAD_PRIOR_CONTEXT = "broad/clinical"
 
 
@@ -97,5 +99,15 @@ class StoreAnchorProvider:
         )
 
     def broad_prior(self) -> tuple[str, np.ndarray]:
-        anchor_set = latest_anchor_set(BROAD_PRIOR_CONTEXT, root=self.root)
-        return anchor_set.content_hash, self.embed(anchor_set)
+        """(fingerprint, embeddings) of the prior: the sets ``broad_prior_sets`` names, each
+        sentence once (the rule evaluation uses too)."""
+        sets = broad_prior_sets(self.root)
+        if not sets:
+            raise AnchorSetError(
+                f"no broad anchor set (broad/...) under {self.root or 'the anchors folder'} or "
+                "the private anchors folder: the posterior geometries need one as prior"
+            )
+        matrices = [self.embed(s) for s in sets]
+        rows = prior_rows(sets)
+        stacked = np.stack([matrices[i][j] for i, j in rows]).astype(np.float32)
+        return prior_fingerprint(sets), stacked

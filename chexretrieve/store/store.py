@@ -7,6 +7,7 @@ Embeddings of different encoders are never mixed: a gallery is always one encode
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import socket
@@ -18,9 +19,9 @@ import pandas as pd
 from sqlalchemy import Connection, and_, delete, func, insert, select, text, update
 from sqlalchemy.exc import DatabaseError, IntegrityError
 
-from chexretrieve.findings import FINDINGS
 from chexretrieve.store import cases, writes
 from chexretrieve.store.config import StoreConfig
+from chexretrieve.store.dataset_records import DatasetRecords
 from chexretrieve.store.engine import (
     WRITER_OPTION,
     StoreError,
@@ -89,8 +90,9 @@ def open_store(url: str | None = None, config: StoreConfig | None = None) -> Sto
     return Store(config)
 
 
-class Store:
-    """All database access of chexretrieve goes through this class."""
+class Store(DatasetRecords):
+    """All database access of chexretrieve goes through this class (the data-set columns and
+    reports: ``dataset_records.DatasetRecords``)."""
 
     def __init__(self, config: StoreConfig) -> None:
         self.config = config
@@ -212,6 +214,7 @@ class Store:
         items: Sequence[BatchItem],
         run_id: int | None = None,
         extra_outcomes: Sequence[Outcome] = (),
+        changes: collections.Counter | None = None,
     ) -> list[Outcome]:
         """Store a batch of files in ONE transaction and return one Outcome per item.
 
@@ -219,11 +222,13 @@ class Store:
         stored with the same pixels is 'already-present' (or 'embedded' when only this encoder's
         embedding was missing); the same SOPInstanceUID with other pixels is a 'conflict' and the
         stored image is kept. With ``run_id`` the outcomes (and ``extra_outcomes``, e.g. rejected
-        files) are recorded in the same transaction.
+        files) are recorded in the same transaction. ``changes`` counts what the batch changed on
+        images already stored (see ``writes.write_items``).
         """
         encoder = self._require_encoder(encoder_id)
         for attempt in range(3):
             try:
+                counted: collections.Counter = collections.Counter()
                 with self._write() as conn:
                     outcomes = writes.write_items(
                         conn,
@@ -231,9 +236,12 @@ class Store:
                         encoder_id=encoder_id,
                         dim=encoder.embed_dim,
                         items=items,
+                        changes=counted,
                     )
                     if run_id is not None:
                         writes.record_outcomes(conn, run_id, [*outcomes, *extra_outcomes])
+                if changes is not None:
+                    changes.update(counted)
                 return outcomes
             except IntegrityError:
                 # a concurrent writer (PostgreSQL) inserted one of these images first: reclassify
@@ -394,20 +402,20 @@ class Store:
         blob = b"".join(found[i] for i in wanted)
         return bytes_to_matrix(blob, len(wanted), encoder.embed_dim)
 
-    def labels_frame(self, image_ids: Sequence[int] | None = None) -> pd.DataFrame:
+    def labels_frame(
+        self, image_ids: Sequence[int] | None = None, *, metadata: bool = False
+    ) -> pd.DataFrame:
         """Labels of labelled images: index image_id, one float column per finding in FINDINGS
-        order; 1 / 0 / -1 (uncertain), NaN = blank. Unlabelled images have no row."""
-        stmt = select(Label.image_id, Label.finding, Label.value)
-        with self._read() as conn:
-            rows = conn.execute(stmt).all()
-        frame = pd.DataFrame(rows, columns=["image_id", "finding", "value"])
-        frame["value"] = pd.to_numeric(frame["value"], errors="coerce").astype(float)
-        table = frame.pivot(index="image_id", columns="finding", values="value")
-        table = table.reindex(columns=list(FINDINGS)).astype(float)
-        table.columns.name = None
-        if image_ids is not None:
-            table = table[table.index.isin([int(i) for i in image_ids])]
-        return table.sort_index()
+        order; 1 / 0 / -1 (uncertain), NaN = blank. Unlabelled images have no row.
+
+        ``metadata=True`` adds, after the findings, the columns of ``DATASET_COLUMNS``
+        (``patient_id``, ``study_id``, ``view_group``, ``view_position``, ``sex``, ``age``,
+        ``split``, ``dataset_path``; see ``dataset_frame``) for the same rows."""
+        table = self._labels_table(image_ids)
+        if not metadata:
+            return table
+        extra = self.dataset_frame(table.index.tolist(), labels=False)
+        return table.join(extra, how="left")
 
     def count_images(self) -> int:
         with self._read() as conn:

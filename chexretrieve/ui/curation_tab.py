@@ -73,10 +73,12 @@ def build_curation_tab(
 
         return attempt(act, lambda t: (gr.skip(), problem(t)))
 
-    def save_version(key, text, description, search_finding):
-        """Save; a bad line or an unchanged text is a message, the edit stays in the box."""
+    def save_version(key, text, description, search_finding, request: gr.Request):
+        """Save; a bad line or an unchanged text is a message, the edit stays in the box. Only a
+        curator (or admin) may: checked here, on the server, from the request's signed-in user."""
 
         def act():
+            lookup.access.require(request, "edit_anchor_sets")
             saved = curation.save_edit(key, text, description)
             status = (
                 f"Saved **{esc(saved.key)}** as `{esc(saved.path.name)}` · {esc(saved.summary)}"

@@ -20,8 +20,10 @@ import numpy as np
 
 from chexretrieve.findings import canonical_finding
 from chexretrieve.geometry import geometry_name
+from chexretrieve.search.duplicates import content_signature
 from chexretrieve.search.gallery import SearchFilters
 from chexretrieve.search.service import SearchRequest, SearchResult
+from chexretrieve.ui.access import AccessControl
 from chexretrieve.ui.case_picker import (
     PickerPage,
     case_label,
@@ -29,6 +31,7 @@ from chexretrieve.ui.case_picker import (
     page_summary,
     parse_case_id,
 )
+from chexretrieve.ui.density_banner import density_banner_html
 from chexretrieve.ui.radiology_reports import ReportTexts
 from chexretrieve.ui.render import details_html, esc, explanation_html, placeholder
 from chexretrieve.ui.results_html import (
@@ -46,6 +49,13 @@ from chexretrieve.ui.upload_errors import upload_message
 #: the age range the filter widgets start at; a bound left at its end means "no bound" (so cases
 #: of unknown age are kept until the user narrows the range)
 AGE_ANY = (0, 120)
+
+#: what marking a result does, said under the feedback buttons
+FEEDBACK_RULE = (
+    "A case marked not relevant leaves the results and cases like it move down; cases like "
+    "those marked relevant move up (the query moves towards the relevant cases and away from "
+    "the not relevant ones)."
+)
 
 #: the anchor-free geometry offered as the optional baseline column
 BASELINE_GEOMETRY = "cosine"
@@ -83,6 +93,8 @@ class QueryImage:
     # same pixels are never results (the query's own study)
     study_uid: str | None = None
     pixel_sha256: str | None = None
+    # an upload's content signature: archived copies of it (PNG, JPEG, resized) are never results
+    signature: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -142,16 +154,24 @@ def parse_filters(
         except ValueError:
             raise ValueError(f"{name} must be a date like 2024-03-31, not {value!r}") from None
 
-    def number(value, open_end: float) -> float | None:
-        if value is None or value == "" or float(value) == open_end:
+    def number(value, open_end: float, name: str) -> float | None:
+        if value is None or value == "":
             return None
-        return float(value)
+        try:
+            years = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{name} must be a number of years, not {value!r}") from None
+        if not AGE_ANY[0] <= years <= AGE_ANY[1]:
+            raise ValueError(
+                f"{name} must be between {AGE_ANY[0]} and {AGE_ANY[1]} years, not {years:g}"
+            )
+        return None if years == open_end else years
 
     return SearchFilters(
         views=tuple(views or ()),
         sex=None if not sex or sex == "any" else sex,
-        age_min=number(age_min, AGE_ANY[0]),
-        age_max=number(age_max, AGE_ANY[1]),
+        age_min=number(age_min, AGE_ANY[0], "'age from'"),
+        age_max=number(age_max, AGE_ANY[1], "'age to'"),
         date_from=date(date_from, "'date from'"),
         date_to=date(date_to, "'date to'"),
         label_known=bool(label_known),
@@ -175,6 +195,7 @@ class CaseLookup(ArchiveThumbnails):
         thumbnail_dir: Path | None = None,
         audit=None,
         report_texts: ReportTexts | None = None,
+        access: AccessControl | None = None,
     ):
         super().__init__(thumbnail_px, read_config, thumbnail_cache, read_threads, thumbnail_dir)
         self.service = service
@@ -182,11 +203,18 @@ class CaseLookup(ArchiveThumbnails):
         # (searches are recorded by the search service itself)
         self.audit = audit
         self.store = store
+        # who may do what (chexretrieve.ui.access): handlers call access.require(request, action)
+        self.access = access or AccessControl()
         self.anchors_dir = anchors_dir
         self.reports_dir = Path(reports_dir)
         self.case_page_size = case_page_size
-        self.report_texts = report_texts or ReportTexts()
+        self.report_texts = report_texts or ReportTexts(
+            stored=getattr(store, "report_for_image", None)
+        )
         self._serials = itertools.count(1)  # numbers the results pages this server sends
+        # (user, query study uid, [(image id, study uid)]) -> {image id: "Open in viewer" link};
+        # set by launch_app when the OHIF viewer is installed (chexretrieve.ui.viewer_links)
+        self.viewer_links = None
 
     # ---------------------------------------------------------------------------- archive
     @property
@@ -203,7 +231,7 @@ class CaseLookup(ArchiveThumbnails):
         return gallery.labels.loc[int(image_id)].to_dict()
 
     def report_of(self, image_id: int) -> str | None:
-        return self.report_texts.report_for(self._metadata(image_id).get("source_path"))
+        return self.report_texts.report_for(self._metadata(image_id).get("source_path"), image_id)
 
     def view_choices(self) -> list[str]:
         views = self.gallery.metadata["view_position"].dropna().astype(str).str.upper()
@@ -327,7 +355,7 @@ class CaseLookup(ArchiveThumbnails):
             case_id=image_id,
             notes=notes,
             labels=self.labels_of(image_id),
-            report=self.report_texts.report_for(meta.get("source_path")),
+            report=self.report_texts.report_for(meta.get("source_path"), image_id),
         )
 
     def load_upload(
@@ -384,6 +412,7 @@ class CaseLookup(ArchiveThumbnails):
             values=values,
             study_uid=m.study_uid if m.source_format == "dicom" else None,
             pixel_sha256=radiograph.pixel_sha256,
+            signature=content_signature(radiograph.pixels),
         )
 
     @staticmethod
@@ -431,8 +460,11 @@ class CaseLookup(ArchiveThumbnails):
             filters=settings.filters,
             relevant=tuple(int(i) for i in relevant),
             not_relevant=tuple(int(i) for i in not_relevant),
+            # a case marked not relevant is no longer a result (FEEDBACK_RULE)
+            exclude_ids=tuple(int(i) for i in not_relevant),
             query_study_uid=query.study_uid if query.source == "upload" else None,
             query_pixel_sha256=query.pixel_sha256 if query.source == "upload" else None,
+            query_signature=query.signature if query.source == "upload" else None,
         )
 
     def search(
@@ -484,20 +516,29 @@ class CaseLookup(ArchiveThumbnails):
                 hit=hit,
                 percentile=pct[i],
                 thumbnail_uri=self.thumbnail_uri(hit.image_id),
-                report=self.report_texts.report_for(hit.metadata.get("source_path")),
+                report=self.report_texts.report_for(hit.metadata.get("source_path"), hit.image_id),
                 baseline_rank=base_ranks[i],
                 baseline_percentile=base_pct[i],
             )
             for i, hit in enumerate(result.hits)
         )
         anchors = f" · anchors {result.anchor_set}" if name.needs_anchors else " · no anchors"
+        text = (settings.text or "").strip()
+        mixed = f" + free text “{text}”" if text else ""
         title = (
             f"{finding} · {name.display}{anchors} · {result.candidates:,} candidate cases · "
-            f"query: {query.name}"
+            f"query: {query.name}{mixed}"
         )
         legend = similarity_legend(name.display, result.candidates, shown_baseline)
+        links = None
+        if self.viewer_links is not None:
+            query_study = self._metadata(query.case_id).get("study_uid") if (
+                query.case_id is not None) else None  # fmt: skip
+            links = self.viewer_links(user, query_study, [
+                (h.image_id, h.metadata.get("study_uid")) for h in result.hits])  # fmt: skip
         html = results_html(list(rows), title, finding, legend, selected, relevant, not_relevant,
-                            shown_baseline, next(self._serials))  # fmt: skip
+                            shown_baseline, next(self._serials), links)  # fmt: skip
+        html = density_banner_html(result.density) + html  # OOD warning / typicality line
         step(1.0, "Done")
         return ResultsPage(result, rows, title, legend, html, shown_baseline)
 
@@ -531,13 +572,16 @@ class CaseLookup(ArchiveThumbnails):
             details_html(f"Result: case {image_id}", meta)
             + "<p class='cx-sub'>Labels</p>" + labels_html(self.labels_of(image_id), finding)
             + "<p class='cx-sub'>Report</p>"
-            + report_html(self.report_texts.report_for(meta.get("source_path")))
+            + report_html(self.report_texts.report_for(meta.get("source_path"), image_id))
         )  # fmt: skip
 
     @staticmethod
     def feedback_text(relevant, not_relevant) -> str:
         if not relevant and not not_relevant:
-            return "No feedback yet: select a result, then mark it relevant or not relevant."
+            return (
+                "No feedback yet: select a result, then mark it relevant or not relevant. "
+                + FEEDBACK_RULE
+            )
         rel = ", ".join(str(i) for i in sorted(relevant)) or "none"
         non = ", ".join(str(i) for i in sorted(not_relevant)) or "none"
-        return f"Relevant: {esc(rel)} · not relevant: {esc(non)} (the ranking is re-ranked)"
+        return f"Relevant: {esc(rel)} · not relevant: {esc(non)}. {FEEDBACK_RULE}"

@@ -21,6 +21,7 @@ from chexretrieve.ui.events import PRIVATE, attempt, who
 from chexretrieve.ui.handlers import AGE_ANY, CaseLookup, SearchSettings, parse_filters
 from chexretrieve.ui.page_scripts import RESULTS_JS
 from chexretrieve.ui.render import message_html
+from chexretrieve.ui.upload_guard import refused_upload_message, upload_guard_js
 from chexretrieve.ui.viewer import DEFAULT_PRESET
 from chexretrieve.ui.viewer_panel import build_viewer_panel, wire_viewer_panel
 
@@ -33,7 +34,11 @@ NO_RESULTS = (
     "<div class='cx-results'><p class='cx-empty'>No results yet: open an archived case or upload "
     "an image; its most similar prior cases appear here.</p></div>"
 )
-UPLOAD_TYPES = [".dcm", ".dicom", ".dic", ".png", ".jpg", ".jpeg"]
+#: what the upload accepts: any file (DICOM files often have no extension); the server reads its
+#: content and refuses, in the message area, what is not a DICOM, PNG or JPEG image
+UPLOAD_TYPES = None
+#: said after a failed search or upload when the results of the previous one stay on screen
+KEPT_RESULTS = " The results below are those of the previous search."
 COSINE_NOTE = "Cosine ignores the finding and the anchors (the finding's labels are still shown)."
 GEOMETRY_OPTIONS = [(g.display if g.needs_anchors else "Cosine (no anchors)", g.name)
                     for g in GEOMETRIES]  # fmt: skip
@@ -125,7 +130,10 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
                 )
                 query_info = gr.HTML(CaseLookup.query_details(None), elem_id="query-info")
             with gr.Column(scale=3, min_width=600):
-                message = gr.HTML(elem_id="lookup-message")
+                message = gr.HTML(
+                    elem_id="lookup-message",
+                    js_on_load=upload_guard_js("upload", config.max_upload_mb),
+                )
                 with gr.Row(equal_height=True):
                     finding = gr.Dropdown(
                         list(FINDINGS), value=DEFAULT_FINDING, label="Finding", elem_id="finding"
@@ -159,14 +167,9 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
                         sex = gr.Radio(
                             ["any", "F", "M", "O"], value="any", label="Sex", elem_id="f-sex"
                         )
-                        age_min = gr.Number(
-                            AGE_ANY[0], label="Age from", minimum=AGE_ANY[0],
-                            maximum=AGE_ANY[1], elem_id="f-age-min",
-                        )  # fmt: skip
-                        age_max = gr.Number(
-                            AGE_ANY[1], label="Age to", minimum=AGE_ANY[0],
-                            maximum=AGE_ANY[1], elem_id="f-age-max",
-                        )  # fmt: skip
+                        # no minimum/maximum: parse_filters says what is out of range
+                        age_min = gr.Number(AGE_ANY[0], label="Age from", elem_id="f-age-min")
+                        age_max = gr.Number(AGE_ANY[1], label="Age to", elem_id="f-age-max")
                     with gr.Row():
                         date_from = gr.Textbox(
                             label="Study date from", placeholder="YYYY-MM-DD",
@@ -237,15 +240,30 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
             lambda t: new_query(None, t),
         )
 
-    def load_upload(path, fnd):
-        def act():
-            query = lookup.load_upload(path, viewer_px=config.viewer_px)
-            return (*new_query(query, fnd=fnd), None)
+    def load_upload(path, fnd, ids):
+        """A refused upload is a message; the previous query and its results stay (no search
+        follows: the last output says whether one should)."""
 
-        return attempt(act, lambda t: (*new_query(None, t), None))
+        def act():
+            query = lookup.load_upload(path, viewer_px=None)  # full size: zoom shows it 1:1
+            return (*new_query(query, fnd=fnd), None, True)
+
+        def refused(text):
+            kept = KEPT_RESULTS if ids else ""
+            return (message_html(text + kept), *(gr.skip(),) * (len(query_outputs) - 1), None,
+                    False)  # fmt: skip
+
+        return attempt(act, refused)
+
+    def upload_refused_in_browser(evt: gr.EventData, ids):
+        text = refused_upload_message(evt._data, config.max_upload_mb)
+        return message_html(text + (KEPT_RESULTS if ids else ""))
+
+    message.pick(upload_refused_in_browser, ids_state, message, **PRIVATE)
 
     search_inputs = {query_state, *settings_inputs, baseline, relevant_state, not_relevant_state,
-                     selected_state, panel.is_open, panel.window, panel.preset}  # fmt: skip
+                     selected_state, panel.is_open, panel.window, panel.preset,
+                     ids_state}  # fmt: skip
     search_outputs = [
         message, results, ids_state, selected_state, feedback_md, explanation, selected_info,
         panel.column, panel.is_open, panel.title, panel.images, panel.details,
@@ -294,9 +312,9 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
                         gr.skip(), gr.skip(), *viewer_outputs)  # fmt: skip
 
             def failed(text):
-                closed = (gr.update(visible=False), False, gr.skip(), gr.skip(), gr.skip())
-                return (message_html(text), NO_RESULTS, (), None, gr.skip(), NO_SELECTION, "",
-                        *closed)  # fmt: skip
+                # the previous results, selection and viewer stay; the message says so
+                kept = KEPT_RESULTS if data[ids_state] else ""
+                return (message_html(text + kept), *(gr.skip(),) * (len(search_outputs) - 1))
 
             return attempt(act, failed)
 
@@ -311,9 +329,16 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
             trigger(load_case, [widget, finding], query_outputs, **on_query).then(
                 quiet_search, search_inputs, search_outputs, **on_results
             )
-    upload.upload(load_upload, [upload, finding], [*query_outputs, upload], **on_query).then(
-        quiet_search, search_inputs, search_outputs, **on_results
-    )
+    upload_ok = gr.State(False)  # whether the last upload became the query
+
+    def search_after_upload(data: dict, request: gr.Request, progress=gr.Progress()):
+        if not data[upload_ok]:
+            return (gr.skip(),) * len(search_outputs)
+        return quiet_search(data, request, progress)
+
+    upload.upload(
+        load_upload, [upload, finding, ids_state], [*query_outputs, upload, upload_ok], **on_query
+    ).then(search_after_upload, {*search_inputs, upload_ok}, search_outputs, **on_results)
 
     # ------------------------------------------------------------------ case picker
     picker_outputs = [case_pick, page_state, message]
@@ -352,7 +377,7 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
 
     def geometry_changed(geom):
         uses_anchors = attempt(lambda: geometry_name(geom).needs_anchors, lambda _: True)
-        info = None if uses_anchors else COSINE_NOTE
+        info = "" if uses_anchors else COSINE_NOTE  # "" clears the note; None would keep it
         return (gr.update(interactive=uses_anchors, info=info),
                 gr.update(interactive=uses_anchors, info=info))  # fmt: skip
 

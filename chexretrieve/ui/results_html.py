@@ -105,6 +105,16 @@ def _mark(image_id: int, relevant: set[int], not_relevant: set[int]) -> str:
     return ""
 
 
+def _viewer_link(url: str | None, image_id: int) -> str:
+    if not url:
+        return ""
+    return (
+        f"<a class='cx-ohif' href='{esc(url)}' target='_blank' rel='noopener' "
+        f"title='Open the query and case {image_id} side by side in the OHIF viewer'>"
+        "Open in viewer</a>"
+    )
+
+
 def results_html(
     rows: list[ResultRow],
     title: str,
@@ -115,10 +125,12 @@ def results_html(
     not_relevant: Iterable[int] = (),
     baseline: bool = False,
     serial: int = 0,
+    viewer_links: Mapping[int, str] | None = None,
 ) -> str:
     """Cards and table of one ranking (escaped); ``selected`` is highlighted in both. ``serial``
     numbers the answers of one server (``data-serial``: a new answer is told from an identical
-    earlier one)."""
+    earlier one). ``viewer_links``: image id -> its "Open in viewer" link (OHIF, a new tab)."""
+    links = dict(viewer_links or {})
     relevant, not_relevant = set(relevant), set(not_relevant)
     root = f"<div class='cx-results' data-serial='{int(serial)}'>"
     if not rows:
@@ -134,7 +146,9 @@ def results_html(
         state = " cx-selected" if chosen else ""
         label = label_word(hit.labels.get(finding))
         mark = _mark(image_id, relevant, not_relevant)
+        link = _viewer_link(links.get(image_id), image_id)
         cards.append(
+            f"<div class='cx-card-cell'>"
             f"<button type='button' class='cx-card{state}' data-case='{image_id}' "
             f"aria-pressed='{'true' if chosen else 'false'}' "
             f"title='Compare case {image_id} with the query'>"
@@ -142,6 +156,7 @@ def results_html(
             f"<span class='cx-card-text'><b>#{hit.rank}</b> case {image_id}{mark}</span>"
             f"<span class='cx-card-text'><span class='cx-sim'>"
             f"{format_percentile(row.percentile)}</span> {_chip(label)}</span></button>"
+            f"{link}</div>"
         )
         m = hit.metadata
         report = row.report or ""
@@ -166,10 +181,11 @@ def results_html(
             f"<td>{esc(format_age(m.get('patient_age_years')))}</td>"
             f"<td>{esc(format_date(m.get('study_date')))}</td>"
             f"<td>{_chip(label)}</td>"
-            f"<td class='cx-text cx-report' title='{esc(report)}'>{esc(excerpt) or '—'}</td></tr>"
+            f"<td class='cx-text cx-report' title='{esc(report)}'>{esc(excerpt) or '—'}</td>"
+            f"{f'<td>{link}</td>' if links else ''}</tr>"
         )
     heads = ["#", "case", "similarity"] + (["cosine (baseline)"] if baseline else [])
-    heads += ["view", "sex", "age", "date", finding, "report"]
+    heads += ["view", "sex", "age", "date", finding, "report"] + (["viewer"] if links else [])
     head = "".join(f"<th>{esc(h)}</th>" for h in heads)
     return (
         f"{root}<div class='cx-results-title'>{esc(title)}</div>"

@@ -44,6 +44,8 @@ CATEGORIES = {
     "test_adv_store_generation": "15 ingest while a server answers",
     "test_adv_feature_cache": "16 damaged feature cache files",
     "test_adv_readonly_store": "17 read-only and other-schema stores",
+    "test_adv_access": "18 accounts, roles, REST routes",
+    "test_adv_inputs": "19 previews, picker, input caps",
 }
 
 

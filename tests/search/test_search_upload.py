@@ -72,6 +72,7 @@ def archive(tmp_path):
         StoreAnchorProvider(store, ENCODER),
         encoder=ENCODER,
         config=SearchConfig(feature_cache_dir=tmp_path / "features"),
+        thumbnails=store.read_thumbnails,
     )
     yield store, service, upload, reexport
     store.close()
@@ -152,3 +153,92 @@ def test_cli_search_by_an_uploaded_file_excludes_its_archived_study(archive, tmp
     shown = [hit["case"] for hit in json.loads(result.stdout)["hits"]]
     assert shown and archived.image_id not in shown
     assert len(shown) == store.count_images() - 1
+
+
+def _copies_of_rg1(folder):
+    """rg1.png, rg1.jpg (quality 75) and a 512-px PNG of the archived RG1_UNCI, as uploads."""
+    from PIL import Image
+
+    from chexretrieve.dicom import render_for_display
+
+    full = Image.fromarray(render_for_display(read_radiograph(pydicom_test_file("RG1_UNCI.dcm"))))
+    small = full.copy()
+    small.thumbnail((512, 512), Image.Resampling.LANCZOS)
+    paths = []
+    for name, image, options in (
+        ("rg1.png", full, {}),
+        ("rg1.jpg", full, {"quality": 75}),
+        ("rg1-512.png", small, {}),
+    ):
+        image.save(folder / name, **options)
+        paths.append(folder / name)
+    return paths
+
+
+def test_png_jpeg_and_resized_copies_of_an_archived_image_are_not_results(archive, tmp_path):
+    """Issue 24, defect 2: no UID and new pixels, so only the content tells the copy."""
+    from chexretrieve.search.duplicates import content_signature
+
+    store, service, _, _ = archive
+    archived = store.image_by_sop_uid(
+        read_radiograph(pydicom_test_file("RG1_UNCI.dcm")).metadata.sop_uid
+    )
+    for path in _copies_of_rg1(tmp_path):
+        request, radiograph = _upload_request(path, query_pixel_sha256=None)
+        request = SearchRequest(
+            **{**request.__dict__, "query_pixel_sha256": radiograph.pixel_sha256}
+        )
+        assert radiograph.metadata.source_format != "dicom"
+        unaware = service.search(request)
+        assert unaware.hits[0].image_id == archived.image_id, path.name  # the defect
+        fixed = service.search(
+            SearchRequest(
+                **{**request.__dict__, "query_signature": content_signature(radiograph.pixels)}
+            )
+        )
+        assert archived.image_id not in [h.image_id for h in fixed.hits], path.name
+        assert fixed.candidates == unaware.candidates - 1  # only the copy left out
+        signed = SearchRequest(
+            **{**request.__dict__, "query_signature": content_signature(radiograph.pixels)}
+        )
+        assert service.copies_of(signed) == (archived.image_id,)
+
+
+def test_a_distinct_image_close_in_embedding_is_not_called_a_copy(archive, tmp_path):
+    """The content test, not the embedding's cosine, decides: with the cosine prefilter open to
+    every archived image, only RG1 is a copy of rg1.png."""
+    import dataclasses
+
+    from chexretrieve.search.duplicates import content_signature
+
+    store, service, _, _ = archive
+    service.config = dataclasses.replace(service.config, duplicate_cosine=-1.0)
+    path = _copies_of_rg1(tmp_path)[0]
+    request, radiograph = _upload_request(path)
+    request = SearchRequest(
+        **{**request.__dict__, "query_signature": content_signature(radiograph.pixels)}
+    )
+    copies = service.copies_of(request)
+    archived = store.image_by_sop_uid(
+        read_radiograph(pydicom_test_file("RG1_UNCI.dcm")).metadata.sop_uid
+    )
+    assert copies == (archived.image_id,)
+
+
+def test_cli_search_by_a_png_copy_excludes_the_archived_original(archive, tmp_path, monkeypatch):
+    store, _, _, _ = archive
+    archived = store.image_by_sop_uid(
+        read_radiograph(pydicom_test_file("RG1_UNCI.dcm")).metadata.sop_uid
+    )
+    monkeypatch.setenv("CHEXRETRIEVE_TEST_ENCODERS", "1")
+    monkeypatch.setenv("CHEXRETRIEVE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("CHEXRETRIEVE_AUDIT_LOG", str(tmp_path / "audit.jsonl"))
+    for path in _copies_of_rg1(tmp_path):
+        result = CliRunner().invoke(
+            app,
+            ["search", "--db", store.config.url, "--encoder", "stand-in:0:32", "--image",
+             str(path), "--finding", "Pleural Effusion", "--geometry", "cosine", "--json"],
+        )  # fmt: skip
+        assert result.exit_code == 0, result.output
+        shown = [hit["case"] for hit in json.loads(result.stdout)["hits"]]
+        assert shown and archived.image_id not in shown, path.name

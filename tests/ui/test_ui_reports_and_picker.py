@@ -80,6 +80,14 @@ def test_reports_are_found_beside_the_archive_and_matched_by_path(lookup):
     assert "Pleural Effusion <span class='cx-label cx-positive'>positive" in html
 
 
+def test_a_report_stored_for_the_study_wins_over_the_csv(lookup):
+    image_id = _id_of(lookup, 1)
+    study_uid = lookup.store.image_by_id(image_id).study_uid
+    lookup.store.put_reports({study_uid: ("Stored:  right\n  effusion.", "test")})
+    assert lookup.report_of(image_id) == "Stored: right effusion."
+    assert lookup.report_of(_id_of(lookup, 0)) == "Report 0: moderate effusion."  # none stored
+
+
 def test_a_configured_reports_csv_wins_and_an_unrelated_path_has_no_report(archive, tmp_path):
     other = tmp_path / "reports-extra.csv"
     other.write_text(
