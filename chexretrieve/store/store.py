@@ -445,7 +445,7 @@ class Store(DatasetRecords):
         limit: int = 50,
     ) -> CasePage:
         """The case picker: one page (image-id order) of the cases whose id (digits) or accession
-        number (case-insensitive) starts with ``text``, whose label for ``finding`` has ``status``
+        number (case-insensitive) is exactly ``text``, whose label for ``finding`` has ``status``
         (positive / negative / uncertain / blank / unlabelled, see ``cases.LABEL_STATUSES``) and,
         with ``encoder_id``, that have its embedding; ``CasePage.total`` counts every match.
         Each ``CaseRow`` carries PHI-minimal metadata, the accession number and all labels."""

@@ -9,6 +9,12 @@ from chexretrieve.findings import FINDINGS, canonical_finding
 from chexretrieve.ui.curation import CurationDesk, sentences_html, set_as_text
 from chexretrieve.ui.events import PRIVATE, attempt
 from chexretrieve.ui.handlers import CaseLookup
+from chexretrieve.ui.input_limits import (
+    MAX_ANCHOR_KEY,
+    MAX_CURATION_TEXT,
+    MAX_DESCRIPTION,
+    capped,
+)
 from chexretrieve.ui.lookup_tab import DEFAULT_FINDING, LookupTab
 from chexretrieve.ui.render import esc
 
@@ -79,6 +85,9 @@ def build_curation_tab(
 
         def act():
             lookup.access.require(request, "edit_anchor_sets")
+            capped(key, "the anchor set", MAX_ANCHOR_KEY)
+            capped(text, "the edited anchor set", MAX_CURATION_TEXT)
+            capped(description, "the description", MAX_DESCRIPTION)
             saved = curation.save_edit(key, text, description)
             status = (
                 f"Saved **{esc(saved.key)}** as `{esc(saved.path.name)}` · {esc(saved.summary)}"

@@ -14,11 +14,12 @@ import gradio as gr
 
 from chexretrieve.findings import FINDINGS
 from chexretrieve.geometry import GEOMETRIES, geometry_name
-from chexretrieve.ui.case_picker import STATUS_CHOICES
+from chexretrieve.ui.case_picker import PICKER_CHOICES
 from chexretrieve.ui.compare import CompareViewer
 from chexretrieve.ui.config import UIConfig
 from chexretrieve.ui.events import PRIVATE, attempt, who
 from chexretrieve.ui.handlers import AGE_ANY, CaseLookup, SearchSettings, parse_filters
+from chexretrieve.ui.input_limits import MAX_CASE_ID, MAX_DATE_TEXT, MAX_FREE_TEXT, MAX_PICKER_TEXT
 from chexretrieve.ui.page_scripts import RESULTS_JS
 from chexretrieve.ui.render import message_html
 from chexretrieve.ui.upload_guard import refused_upload_message, upload_guard_js
@@ -58,7 +59,8 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
     """Lay out the tab and wire its events (call inside ``gr.Blocks``)."""
     viewer = CompareViewer(lookup, config.viewer_px)
     anchor_choices, anchor_default = lookup.anchor_set_choices(DEFAULT_FINDING)
-    first_page = lookup.case_page(finding=DEFAULT_FINDING)
+    # only its count and summary go into the page; each user's listing comes at page load
+    first_page = lookup.case_page(finding=DEFAULT_FINDING, record=False)
     with gr.Tab("Case lookup", id="lookup"):
         query_state = gr.State(None)
         ids_state = gr.State(())  # image ids of the ranking on screen, best first
@@ -72,6 +74,7 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
                     case_id = gr.Textbox(
                         label="Case id or accession",
                         placeholder="e.g. 12",
+                        max_length=MAX_CASE_ID,
                         elem_id="case-id",
                         scale=3,
                         min_width=150,
@@ -85,21 +88,22 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
                 ):  # fmt: skip
                     with gr.Row(equal_height=True):
                         pick_text = gr.Textbox(
-                            label="Id or accession starts with",
+                            label="Exact id or accession",
+                            max_length=MAX_PICKER_TEXT,
                             elem_id="pick-text",
                             scale=2,
                             min_width=120,
                         )
                         pick_status = gr.Dropdown(
-                            list(STATUS_CHOICES),
+                            list(PICKER_CHOICES),
                             value="any",
                             label="Label of the finding",
                             elem_id="pick-status",
                             scale=2,
                             min_width=120,
                         )
-                    case_pick = gr.Dropdown(
-                        choices=first_page.choices,
+                    case_pick = gr.Dropdown(  # filled per user at page load (audited)
+                        choices=[],
                         value=None,
                         label="Cases",
                         info=first_page.summary,
@@ -115,16 +119,8 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
                     height=120,
                     elem_id="upload",
                 )
-                query_image = gr.Image(
-                    show_label=False,
-                    type="numpy",
-                    image_mode="L",
-                    format="png",
-                    interactive=False,
-                    buttons=[],
-                    height=260,
-                    elem_id="query-image",
-                )
+                # the preview is in-page data (like the thumbnails), never a served file
+                query_image = gr.HTML(CaseLookup.query_preview_html(None), elem_id="query-image")
                 open_query_btn = gr.Button(
                     "Open the query in the compare viewer", size="sm", elem_id="open-query"
                 )
@@ -151,6 +147,7 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
                     free_text = gr.Textbox(
                         label="Free text (optional)",
                         placeholder="e.g. small left effusion",
+                        max_length=MAX_FREE_TEXT,
                         elem_id="free-text",
                     )
                     baseline = gr.Checkbox(
@@ -167,17 +164,18 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
                         sex = gr.Radio(
                             ["any", "F", "M", "O"], value="any", label="Sex", elem_id="f-sex"
                         )
-                        # no minimum/maximum: parse_filters says what is out of range
+                        # no minimum/maximum here: parse_filters checks the range (and NaN,
+                        # infinity, text) itself and says so above the results
                         age_min = gr.Number(AGE_ANY[0], label="Age from", elem_id="f-age-min")
                         age_max = gr.Number(AGE_ANY[1], label="Age to", elem_id="f-age-max")
                     with gr.Row():
                         date_from = gr.Textbox(
                             label="Study date from", placeholder="YYYY-MM-DD",
-                            elem_id="f-date-from",
+                            elem_id="f-date-from", max_length=MAX_DATE_TEXT,
                         )  # fmt: skip
                         date_to = gr.Textbox(
                             label="Study date to", placeholder="YYYY-MM-DD",
-                            elem_id="f-date-to",
+                            elem_id="f-date-to", max_length=MAX_DATE_TEXT,
                         )  # fmt: skip
                         label_known = gr.Checkbox(
                             label="Only cases labelled for the finding",
@@ -229,7 +227,7 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
         """Outputs for a new query (None after a failure): everything of the old one cleared."""
         info = message_html(note) if query is None else ""
         return (
-            info, query, CaseLookup.render_query(query), CaseLookup.query_details(query, fnd),
+            info, query, CaseLookup.query_preview_html(query), CaseLookup.query_details(query, fnd),
             NO_RESULTS, (), None, (), (), CaseLookup.feedback_text((), ()), NO_SELECTION, "",
             None, DEFAULT_PRESET, gr.update(visible=False), False,
         )  # fmt: skip
@@ -343,26 +341,34 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
     # ------------------------------------------------------------------ case picker
     picker_outputs = [case_pick, page_state, message]
 
-    def show_page(text, status, fnd, page):
+    def show_page(text, status, fnd, page, request: gr.Request | None = None):
         def act():
-            found = lookup.case_page(text, fnd, status, page)
+            found = lookup.case_page(text, fnd, status, page, user=who(request))
             return gr.update(choices=found.choices, value=None, info=found.summary), found.page, ""
 
         return attempt(act, lambda t: (gr.skip(), gr.skip(), message_html(t)))
 
     picker_inputs = [pick_text, pick_status, finding]
+
+    def first_page_of(text, status, fnd, request: gr.Request):
+        return show_page(text, status, fnd, 0, request)
+
+    def previous_page(text, status, fnd, page, request: gr.Request):
+        return show_page(text, status, fnd, page - 1, request)
+
+    def next_page(text, status, fnd, page, request: gr.Request):
+        return show_page(text, status, fnd, page + 1, request)
+
     for trigger in (pick_text.submit, pick_status.input):
-        trigger(lambda t, s, f: show_page(t, s, f, 0), picker_inputs, picker_outputs, **quietly)
-    prev_btn.click(lambda t, s, f, p: show_page(t, s, f, p - 1), [*picker_inputs, page_state],
-                   picker_outputs, **quietly)  # fmt: skip
-    next_btn.click(lambda t, s, f, p: show_page(t, s, f, p + 1), [*picker_inputs, page_state],
-                   picker_outputs, **quietly)  # fmt: skip
+        trigger(first_page_of, picker_inputs, picker_outputs, **quietly)
+    prev_btn.click(previous_page, [*picker_inputs, page_state], picker_outputs, **quietly)
+    next_btn.click(next_page, [*picker_inputs, page_state], picker_outputs, **quietly)
 
     # ------------------------------------------------------------------ search settings
-    def finding_changed(fnd, text, status):
+    def finding_changed(fnd, text, status, request: gr.Request):
         def act():
             choices, default = lookup.anchor_set_choices(fnd)
-            found = lookup.case_page(text, fnd, status, 0)
+            found = lookup.case_page(text, fnd, status, 0, user=who(request))
             listed = gr.update(choices=found.choices, value=None, info=found.summary)
             return gr.update(choices=choices, value=default), "", listed, 0
 
@@ -468,15 +474,17 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
     )
 
     # ------------------------------------------------------------------ page load
-    def page_loaded(fnd):
+    def page_loaded(fnd, request: gr.Request):
         """Anchor-set versions as they are now (a version saved before a reload is offered, and
-        the latest is the default, as for the CLI)."""
+        the latest is the default, as for the CLI); the picker's first page for this user."""
 
         def act():
             choices, default = lookup.anchor_set_choices(fnd or DEFAULT_FINDING)
-            return gr.update(choices=choices, value=default), ""
+            found = lookup.case_page(None, fnd or DEFAULT_FINDING, None, 0, user=who(request))
+            listed = gr.update(choices=found.choices, value=None, info=found.summary)
+            return gr.update(choices=choices, value=default), "", listed
 
-        return attempt(act, lambda t: (gr.skip(), message_html(t)))
+        return attempt(act, lambda t: (gr.skip(), message_html(t), gr.skip()))
 
-    app.load(page_loaded, finding, [anchor_set, message], **quietly)
+    app.load(page_loaded, finding, [anchor_set, message, case_pick], **quietly)
     return LookupTab(finding=finding, anchor_set=anchor_set)

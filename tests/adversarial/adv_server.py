@@ -92,13 +92,36 @@ def component_props(session: httpx.Client, elem_id: str) -> dict:
     return next(c["props"] for c in config["components"] if c["props"].get("elem_id") == elem_id)
 
 
-def call(session: httpx.Client, index: int, data: list, timeout: float = 120) -> tuple[int, dict]:
-    """Join the event queue as the page does; (join status, the completion message or {})."""
-    session_hash = uuid.uuid4().hex[:11]
-    joined = session.post("gradio_api/queue/join", json={
-        "data": data, "fn_index": index, "session_hash": session_hash, "event_data": None,
-        "trigger_id": None,
-    })  # fmt: skip
+def event_data(session: httpx.Client, index: int, values: dict) -> list:
+    """The inputs of event ``index`` in order: ``values[elem_id]`` where given, else the widget's
+    value on the page (states: None, the server keeps them per session)."""
+    config = session.get("config").json()
+    props = {c["id"]: c.get("props", {}) for c in config["components"]}
+    dep = next(d for d in config["dependencies"] if int(d["id"]) == index)
+    data = []
+    for input_id in dep["inputs"]:
+        p = props.get(input_id, {})
+        data.append(values[p["elem_id"]] if p.get("elem_id") in values else p.get("value"))
+    return data
+
+
+def call(session: httpx.Client, index: int, data: list, timeout: float = 120,
+         session_hash: str | None = None) -> tuple[int, dict]:  # fmt: skip
+    """Join the event queue as the page does; (join status, the completion message or {}).
+    One ``session_hash`` for several calls shares the server's per-session state (the query)."""
+    session_hash = session_hash or uuid.uuid4().hex[:11]
+    body = json.dumps(
+        {
+            "data": data,
+            "fn_index": index,
+            "session_hash": session_hash,
+            "event_data": None,
+            "trigger_id": None,
+        }
+    )  # fmt: skip  (json.dumps writes NaN and Infinity as the page's JS never would)
+    joined = session.post(
+        "gradio_api/queue/join", content=body, headers={"Content-Type": "application/json"}
+    )
     if joined.status_code != 200:
         return joined.status_code, {}
     with session.stream(

@@ -65,9 +65,9 @@ def test_no_handler_is_a_rest_endpoint_signed_in_or_not(site, world, cases):
     names = sorted(_handler_names(site["app"]))
     routes = ["gradio_api/run/{}", "gradio_api/call/{}", "gradio_api/call/v2/{}",
               "gradio_api/api/{}", "run/{}", "api/{}", "call/{}"]  # fmt: skip
-    bodies = {"save_version": {"data": ["Pleural Effusion@1", "+ forged line\n", "x",
-                                        "Pleural Effusion"]},
-              "load_case": {"data": ["1", "Pleural Effusion"]}}  # fmt: skip
+    # a save that the handler would accept (the set shown, one line added): a real attack
+    _, save = _save_request(srv.client(site["base"], "cur"), world)
+    bodies = {"save_version": {"data": save}, "load_case": {"data": ["1", "Pleural Effusion"]}}
     leaks = []
     for who in (None, "rad", "cur"):
         session = srv.client(site["base"], who)

@@ -60,7 +60,7 @@ def test_case_picker_pages_through_every_case_with_labels(lookup):
     assert not any("SECRET" in text or "img" in text for text, _ in first.choices)
 
 
-def test_case_picker_filters_by_label_status_and_id_prefix(lookup):
+def test_case_picker_filters_by_label_status_and_exact_id(lookup):
     labels = lookup.gallery.labels[FINDING]
     positive = lookup.case_page(finding=FINDING, status="positive")
     assert positive.total == int((labels == 1.0).sum())
@@ -68,13 +68,11 @@ def test_case_picker_filters_by_label_status_and_id_prefix(lookup):
     assert "label positive" in positive.summary
     blank = lookup.case_page(finding=FINDING, status="blank")
     assert blank.total == int(labels.isna().sum())
-    by_prefix = lookup.case_page("2")
-    assert [v for _, v in by_prefix.choices] == [2, 20, 21, 22, 23, 24, 25, 26, 27, 28]
-    assert by_prefix.total == 11 and "starting with '2'" in by_prefix.summary
+    exact = lookup.case_page("2")  # the exact id only, never 20..29 (no prefix oracle)
+    assert [v for _, v in exact.choices] == [2]
+    assert exact.total == 1 and "id or accession '2' (exact)" in exact.summary
     none = lookup.case_page("777")
-    assert (
-        none.total == 0 and none.summary == "no case matches · id or accession starting with '777'"
-    )
+    assert none.total == 0 and none.summary == "no case matches · id or accession '777' (exact)"
 
 
 @pytest.mark.parametrize(
