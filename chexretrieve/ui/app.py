@@ -108,9 +108,10 @@ def check_sign_in(config: UIConfig) -> None:
     if config.sign_in == "none":
         return
     from chexretrieve.app.stores import resolve_read_store
-    from chexretrieve.store import open_store
+    from chexretrieve.store import StoreConfig, open_store
 
-    store = open_store(resolve_read_store(config.db_url))
+    url = resolve_read_store(config.db_url)  # read-only: serve never migrates or writes the store
+    store = open_store(config=StoreConfig(url=url, create_if_missing=False, read_only=True))
     try:
         open_access(config, store)
     finally:
