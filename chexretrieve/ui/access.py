@@ -187,9 +187,20 @@ class AccessGuard:
         if access.mode == "accounts":
             self._end_expired_session(scope)
             if path.rstrip("/") == "/login" and scope.get("method") == "POST":
-                await self._login(scope, receive, send, peer)
+                await self._login(scope, receive, send, self._client_of(scope, peer))
                 return
         await self.app(scope, receive, send)
+
+    def _client_of(self, scope, peer: str | None) -> str | None:  # noqa: ANN001
+        """The address sign-ins are counted under: the peer, or behind a trusted proxy
+        (``AccessConfig.trusted_proxies``) the last address its X-Forwarded-For names."""
+        if not self.access.config.is_trusted_proxy(peer):
+            return peer
+        for name, value in scope.get("headers", []):
+            if name == b"x-forwarded-for":
+                last = value.decode("latin-1").split(",")[-1].strip()
+                return last[:64] or peer
+        return peer
 
     def _server(self):  # noqa: ANN202
         return getattr(self.blocks, "server_app", None)

@@ -147,36 +147,47 @@ def launch_app(app: gr.Blocks, config: UIConfig, block: bool = True, head: str |
     viewer = viewer_middleware(app, lookup, config, access) if lookup is not None else None
     if viewer is not None:  # the OHIF viewer and its DICOMweb endpoint (/viewer, /dicomweb)
         middleware.insert(1, viewer)
-    return app.launch(
-        app_kwargs={
-            "openapi_url": None,  # FastAPI's /openapi.json is served without the login
-            "middleware": middleware,
-        },
-        server_name=config.host,
-        server_port=config.port,
-        share=False,
-        auth=access.gradio_auth(),
-        auth_dependency=access.auth_dependency(),
-        ssl_certfile=str(config.ssl_certfile) if config.ssl_certfile else None,
-        ssl_keyfile=str(config.ssl_keyfile) if config.ssl_keyfile else None,
-        # only Gradio's probe of its own local URL at launch: a hospital CA's certificate is often
-        # not in the system's trust store (clients verify the certificate as usual)
-        ssl_verify=False,
-        auth_message="chexretrieve case lookup: sign in",
-        max_file_size=f"{config.max_upload_mb}mb",
-        allowed_paths=None,
-        prevent_thread_lock=not block,
-        show_error=False,
-        quiet=not block,
-        ssr_mode=False,
-        mcp_server=False,
-        pwa=False,
-        enable_monitoring=False,
-        footer_links=[],
-        theme=local_theme(),
-        css=CSS,
-        head=head,
-    )
+    # uvicorn would take X-Forwarded-For from any loopback peer as the client's address (its
+    # FORWARDED_ALLOW_IPS default): then a local user could pose as the SSO proxy, or dodge the
+    # sign-in throttle. It believes no one; AccessGuard alone decides whom to believe.
+    saved_forwarded = os.environ.get("FORWARDED_ALLOW_IPS")
+    os.environ["FORWARDED_ALLOW_IPS"] = ""
+    try:
+        return app.launch(
+            app_kwargs={
+                "openapi_url": None,  # FastAPI's /openapi.json is served without the login
+                "middleware": middleware,
+            },
+            server_name=config.host,
+            server_port=config.port,
+            share=False,
+            auth=access.gradio_auth(),
+            auth_dependency=access.auth_dependency(),
+            ssl_certfile=str(config.ssl_certfile) if config.ssl_certfile else None,
+            ssl_keyfile=str(config.ssl_keyfile) if config.ssl_keyfile else None,
+            # only Gradio's probe of its own local URL at launch: a hospital CA's certificate is
+            # often not in the system's trust store (clients verify the certificate as usual)
+            ssl_verify=False,
+            auth_message="chexretrieve case lookup: sign in",
+            max_file_size=f"{config.max_upload_mb}mb",
+            allowed_paths=None,
+            prevent_thread_lock=not block,
+            show_error=False,
+            quiet=not block,
+            ssr_mode=False,
+            mcp_server=False,
+            pwa=False,
+            enable_monitoring=False,
+            footer_links=[],
+            theme=local_theme(),
+            css=CSS,
+            head=head,
+        )
+    finally:
+        if saved_forwarded is None:
+            os.environ.pop("FORWARDED_ALLOW_IPS", None)
+        else:
+            os.environ["FORWARDED_ALLOW_IPS"] = saved_forwarded
 
 
 def serve_app(config: UIConfig) -> None:

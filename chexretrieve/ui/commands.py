@@ -40,7 +40,8 @@ def serve_command(
     trusted_proxy: list[str] = typer.Option(
         [],
         "--trusted-proxy",
-        help="Address or CIDR of the SSO proxy whose header is believed (repeatable).",
+        help="Address or CIDR of a reverse proxy (repeatable): its --trusted-header is believed, "
+        "and with --accounts its X-Forwarded-For names the client.",
     ),
     ssl_certfile: Path | None = typer.Option(
         None, "--ssl-certfile", help="TLS certificate (PEM): serve HTTPS."

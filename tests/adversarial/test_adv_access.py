@@ -160,6 +160,36 @@ def test_wrong_passwords_are_throttled_per_user_and_per_client(site, cases):
         access.throttle = LoginThrottle(access.config)
 
 
+def test_behind_a_trusted_proxy_failures_count_per_forwarded_client(site, cases):
+    """X-Forwarded-For names the client only when the peer is a named proxy; from anyone else
+    it is ignored (forging it does not dodge the per-client count)."""
+    access = site["access"]
+    config = access.config
+    session = srv.client(site["base"])
+
+    def fail(forwarded: str, n: int) -> list[int]:
+        return [session.post("login", headers={"X-Forwarded-For": forwarded},
+                             data={"username": f"{forwarded}-{i}", "password": "x" * 12}
+                             ).status_code for i in range(n)]  # fmt: skip
+
+    try:
+        access.throttle = LoginThrottle(config)
+        forged = fail("10.0.0.1", 25) + fail("10.0.0.2", 3)  # peer 127.0.0.1 is no proxy
+        ignored = forged[-3:] == [429] * 3
+        access.config = AccessConfig(trusted_proxies=("127.0.0.1",))
+        access.throttle = LoginThrottle(access.config)
+        first, second = fail("10.0.0.1", 25), fail("10.0.0.2", 3)
+        counted = 429 in first and second == [400] * 3
+        cases.check("X-Forwarded-For from a client that is no proxy: ignored", ignored,
+                    str(forged[-4:]))  # fmt: skip
+        cases.check("behind the named proxy: failures counted per forwarded client", counted,
+                    f"{first.count(429)} {second}")  # fmt: skip
+        assert ignored and counted
+    finally:
+        access.config = config
+        access.throttle = LoginThrottle(config)
+
+
 def test_the_audit_names_each_signed_in_user(site, world, cases):
     """Finding 10: two people open a case: each audit record names that person."""
     for user in ("rad", "cur"):
@@ -220,11 +250,15 @@ def test_the_sso_header_is_believed_only_from_the_proxy(world, cases, trusted):
         named = session.get("config", headers={"X-Remote-User": "adm"})
         unknown = session.get("config", headers={"X-Remote-User": "mallory"})
         bare = session.get("config")
+        # a local client posing as the proxy by X-Forwarded-For (uvicorn's default believes it)
+        posing = session.get("config", headers={"X-Remote-User": "adm",
+                                                "X-Forwarded-For": "10.254.0.1"})  # fmt: skip
         if trusted:
             ok = (named.status_code, unknown.status_code, bare.status_code) == (200, 401, 401)
         else:
-            ok = {named.status_code, unknown.status_code, bare.status_code} == {401}
-        codes = f"{named.status_code} {unknown.status_code} {bare.status_code}"
+            ok = {named.status_code, unknown.status_code, bare.status_code,
+                  posing.status_code} == {401}  # fmt: skip
+        codes = f"{named.status_code} {unknown.status_code} {bare.status_code} {posing.status_code}"
         cases.check(f"SSO header from {'the' if trusted else 'another'} address", ok, codes)
         assert ok
     finally:
