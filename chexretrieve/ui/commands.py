@@ -10,8 +10,8 @@ import typer
 LOGIN_MOVED = (
     "--login (one shared password) was replaced by per-user accounts: add each person with "
     "`chexretrieve users add NAME --role radiologist|curator|admin`, then run "
-    "`chexretrieve serve --accounts`; $CHEXRETRIEVE_UI_PASSWORD is no longer read "
-    "(see docs/accounts-and-access.md)"
+    "`chexretrieve serve --accounts` (containers: `users add NAME --role admin --password-env "
+    "CHEXRETRIEVE_UI_PASSWORD --exists-ok` first; see docs/accounts-and-access.md)"
 )
 
 
