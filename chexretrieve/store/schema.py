@@ -306,9 +306,7 @@ class UserAccount(Base):
     """A person who may sign in to `chexretrieve serve` (see chexretrieve.accounts)."""
 
     __tablename__ = "users"
-    __table_args__ = (
-        CheckConstraint("role IN ('radiologist', 'curator', 'admin')", name="role"),
-    )
+    __table_args__ = (CheckConstraint("role IN ('radiologist', 'curator', 'admin')", name="role"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(64), unique=True)  # the login name, as typed
