@@ -14,6 +14,7 @@ import os
 import gradio as gr
 
 from chexretrieve.ui.access import AccessControl, AccessGuard
+from chexretrieve.ui.account_bar import build_account_bar
 from chexretrieve.ui.config import UIConfig
 from chexretrieve.ui.curation import CurationDesk
 from chexretrieve.ui.curation_tab import build_curation_tab
@@ -39,6 +40,7 @@ def build_app(
             "<p>Prior chest radiographs that resemble a study with respect to one finding."
             "</p></div>"
         )
+        build_account_bar(app, lookup.access)
         with gr.Tabs():
             search = build_lookup_tab(app, lookup, config)
             build_curation_tab(app, curation, lookup, search)

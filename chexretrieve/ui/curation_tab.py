@@ -6,6 +6,7 @@ from __future__ import annotations
 import gradio as gr
 
 from chexretrieve.findings import FINDINGS, canonical_finding
+from chexretrieve.ui.account_bar import role_note
 from chexretrieve.ui.curation import CurationDesk, sentences_html, set_as_text
 from chexretrieve.ui.events import PRIVATE, attempt
 from chexretrieve.ui.handlers import CaseLookup
@@ -126,14 +127,22 @@ def build_curation_tab(
     )
     impact_btn.click(impact, cur_set, impact_md, **PRIVATE)
 
-    def page_loaded(fnd):
-        """The sets as they are now: a version saved before a reload is listed and shown."""
+    def page_loaded(fnd, request: gr.Request):
+        """The sets as they are now: a version saved before a reload is listed and shown. A user
+        whose role may not save sees the button disabled and why (the handler refuses anyway)."""
+        note = role_note(lookup.access, request, "edit_anchor_sets")
+        button = gr.update(interactive=note is None)
 
         def act():
             keys = curation.set_choices(fnd)
             key = keys[0] if keys else None
-            return (gr.update(choices=keys, value=key), *show_set(key))
+            table, edit, report, status = show_set(key)
+            if note is not None:
+                status = note
+            return (gr.update(choices=keys, value=key), table, edit, report, status, button)
 
-        return attempt(act, lambda t: (gr.skip(), gr.skip(), gr.skip(), gr.skip(), problem(t)))
+        return attempt(
+            act, lambda t: (gr.skip(), gr.skip(), gr.skip(), gr.skip(), problem(t), button)
+        )
 
-    app.load(page_loaded, cur_finding, [cur_set, *shown], **PRIVATE)
+    app.load(page_loaded, cur_finding, [cur_set, *shown, save_btn], **PRIVATE)
