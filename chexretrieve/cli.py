@@ -119,6 +119,10 @@ from chexretrieve.audit.commands import audit_app  # noqa: E402
 
 app.add_typer(audit_app, name="audit")
 
+from chexretrieve.app.db_commands import db_app  # noqa: E402
+
+app.add_typer(db_app, name="db")
+
 
 @app.command("settings")
 def settings_command(

@@ -203,14 +203,16 @@ def debootstrap_base(run: Run, engine: str) -> None:
 
 
 # ------------------------------------------------------------------- pip settings for builds
-def pip_volumes(work: Path, without: tuple[str, ...] = ()) -> list[str]:
+def pip_volumes(work: Path, without: tuple[str, ...] = (), listed: str | None = None) -> list[str]:
     """`-v` arguments that hand the host's pip configuration to a podman build, read-only: the
     merged settings as /etc/pip.conf, every file and folder they name, and the CA bundle.
     ``without``: settings left out (the CUDA build drops find-links, where a local CPU torch
-    wheel would win over the index's CUDA build)."""
-    listed = subprocess.run(
-        [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True
-    ).stdout
+    wheel would win over the index's CUDA build). ``listed``: `pip config list`'s output
+    (default: this Python's)."""
+    if listed is None:
+        listed = subprocess.run(
+            [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True
+        ).stdout
     settings: dict[str, str] = {}
     for line in listed.splitlines():
         key, _, value = line.partition("=")
@@ -222,6 +224,14 @@ def pip_volumes(work: Path, without: tuple[str, ...] = ()) -> list[str]:
     bundle = os.environ.get("PIP_CERT") or os.environ.get("SSL_CERT_FILE")
     if bundle and "cert" not in settings:
         settings["cert"] = bundle
+    # files (the CA bundle, a constraints file) go to a folder of their own: mounted over the
+    # image's /etc they would block a package that writes there (ca-certificates' own bundle)
+    volumes = []
+    for key, value in list(settings.items()):
+        if str(value).startswith("/") and Path(value).is_file():
+            inside = f"/run/host-pip/{key}-{Path(value).name}"
+            volumes.append(f"-v={value}:{inside}:ro")
+            settings[key] = inside
     conf = work / ("pip.conf" if not without else f"pip-without-{'-'.join(without)}.conf")
     conf.write_text("[global]\n" + "".join(f"{k} = {v}\n" for k, v in settings.items()))
     paths = set()
@@ -230,12 +240,11 @@ def pip_volumes(work: Path, without: tuple[str, ...] = ()) -> list[str]:
             path = word.removeprefix("file://").rstrip("/")
             if Path(path).name == "simple":  # an index's pages link to files beside it
                 path = str(Path(path).parent)
-            if path.startswith("/") and Path(path).exists():
-                paths.add(path.rstrip("/") if Path(path).is_dir() else path)
-    folders = sorted(p for p in paths if Path(p).is_dir())
-    # a folder named inside another mounted folder is mounted with it
-    kept = [p for p in sorted(paths) if not any(p != f and p.startswith(f + "/") for f in folders)]
-    return [f"-v={conf}:/etc/pip.conf:ro"] + [f"-v={p}:{p}:ro" for p in kept]
+            if path.startswith("/") and Path(path).is_dir():
+                paths.add(path)
+    # a folder inside another mounted folder is mounted with it
+    kept = [p for p in sorted(paths) if not any(p.startswith(f + "/") for f in paths)]
+    return [f"-v={conf}:/etc/pip.conf:ro", *volumes] + [f"-v={p}:{p}:ro" for p in kept]
 
 
 def build(run: Run, engine: str, name: str, dockerfile: str, context: Path, args: dict,
@@ -440,8 +449,11 @@ def main(argv: list[str] | None = None) -> int:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     engine = "podman" if shutil.which("podman") else "docker" if shutil.which("docker") else None
     if engine is None:
-        print("neither podman nor docker is installed: apt-get install -y podman runc "
-              "debootstrap", file=sys.stderr)  # fmt: skip
+        print(
+            "neither podman nor docker is installed: apt-get install -y podman runc netavark "
+            "aardvark-dns iptables debootstrap",
+            file=sys.stderr,
+        )
         return 1
     if not Path(CHROMIUM).exists():
         print(f"{CHROMIUM} is missing: apt-get install -y chromium", file=sys.stderr)
@@ -505,6 +517,9 @@ def main(argv: list[str] | None = None) -> int:
         with run.step("compose tool"):
             compose = compose_command(run, engine)
         stack = Stack(run, engine, files, secrets_env, compose)
+        env_file = work / "stack.env"  # for --keep: `podman-compose --env-file` reaches the stack
+        env_file.touch(mode=0o600)
+        env_file.write_text("".join(f"{k}={v}\n" for k, v in secrets_env.items()))
         stack("down", "-v", check=False)  # what a previous, interrupted run left
         with run.step("start stack (up -d until healthy)"):
             stack("up", "-d", "--no-build")
@@ -539,6 +554,7 @@ def main(argv: list[str] | None = None) -> int:
         if stack is not None and not options.keep:
             with run.step("tear down (down -v)"):
                 stack("down", "-v", check=False)
+            (work / "stack.env").unlink(missing_ok=True)
     run.times.append(("total", time.monotonic() - total))
     (ARTIFACTS / "times.json").write_text(
         json.dumps({"engine": engine, "steps": dict(run.times), "passed": failed is None},

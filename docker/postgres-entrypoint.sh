@@ -27,13 +27,17 @@ if [ ! -s "$PGDATA/PG_VERSION" ]; then
     echo "host all all 0.0.0.0/0 scram-sha-256" >> "$PGDATA/pg_hba.conf"
     echo "host all all ::/0 scram-sha-256" >> "$PGDATA/pg_hba.conf"
     if [ "$db" != "postgres" ]; then
-        # a private start on the socket only, to create the database
-        pg_ctl -D "$PGDATA" -o "-c listen_addresses=''" -w start >/dev/null
+        # a private start, on a socket in a folder of its own and no TCP, to create the database
+        sockets="$(mktemp -d)"
+        pg_ctl -D "$PGDATA" -o "-c listen_addresses='' -k $sockets" -w start >/dev/null
         # the socket trusts local users (as the official image does); TCP needs the password
-        psql -v ON_ERROR_STOP=1 -q -h /var/run/postgresql -U "$user" -d postgres \
-            -c "CREATE DATABASE \"$db\" OWNER \"$user\" ENCODING 'UTF8'" 2>&1 || {
-                pg_ctl -D "$PGDATA" -m fast -w stop >/dev/null; exit 1; }
+        if ! psql -v ON_ERROR_STOP=1 -q -h "$sockets" -U "$user" -d postgres \
+            -c "CREATE DATABASE \"$db\" OWNER \"$user\" ENCODING 'UTF8'"; then
+            pg_ctl -D "$PGDATA" -m fast -w stop >/dev/null
+            exit 1
+        fi
         pg_ctl -D "$PGDATA" -m fast -w stop >/dev/null
+        rmdir "$sockets"
     fi
     echo "postgres-entrypoint: created database $db owned by $user (UTF8)" >&2
 fi

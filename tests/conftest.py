@@ -22,6 +22,8 @@ if not os.environ.get("CHEXRETRIEVE_AUDIT_KEY"):
     os.environ["CHEXRETRIEVE_AUDIT_KEY"] = os.path.join(
         tempfile.mkdtemp(prefix="chexretrieve-audit-key-"), "audit.key"
     )
+# a developer's imported report corpora must not join the posterior prior of the tests
+os.environ["CHEXRETRIEVE_PRIVATE_ANCHORS"] = "/dev/null/no-private-anchors"
 
 REQUIRE_SERVICES = os.environ.get("CHEXRETRIEVE_REQUIRE_SERVICES") == "1"
 

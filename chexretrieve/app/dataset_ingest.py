@@ -16,6 +16,8 @@ from pathlib import Path
 
 DATASET_CHOICES = ("auto", "none", "chexpert", "mimic-cxr-jpg", "mimic-cxr")
 REPORT_BATCH = 2000
+#: first folders below a data-set root (MIMIC files/, CheXpert train/ valid/ test/)
+_PART_FOLDERS = ("files", "train", "valid", "test", "CheXpert-v1.0")
 
 
 @dataclass
@@ -31,7 +33,7 @@ def label_sources(
     paths: list[Path], labels: list[Path], dataset: str = "auto", mimic_labels: str = "chexpert"
 ) -> LabelPlan:
     """ValueError names the file or option that is wrong; nothing is written."""
-    from chexretrieve.datasets import detect_layout, load_dataset
+    from chexretrieve.datasets import load_dataset
     from chexretrieve.datasets.mimic import classify_mimic_file
     from chexretrieve.datasets.tables import read_header
     from chexretrieve.ingest.labels import LabelSources, read_label_csv
@@ -51,18 +53,25 @@ def label_sources(
                 f"MIMIC-CXR file (columns: {header})"
             )
     plan = LabelPlan(None)
-    root = paths[0] if len(paths) == 1 and paths[0].is_dir() else None
-    kind = None
-    if dataset == "auto" and root is not None:
-        kind = detect_layout(root)
-        if kind is None and mimic_files:
-            kind = "mimic-cxr"  # MIMIC's files given apart: the DICOM release's root
+    found_root, found_kind = dataset_root(paths)
+    single = paths[0] if len(paths) == 1 and paths[0].is_dir() else None
+    root, kind = None, None
+    if dataset == "auto":
+        root, kind = found_root, found_kind
+        if kind is None and mimic_files and single is not None:
+            root, kind = single, "mimic-cxr"  # MIMIC's files given apart: the DICOM release
         if kind is not None:
-            plan.messages.append(f"data set: {kind} (detected; --dataset none to read no files)")
-    elif dataset not in ("auto", "none"):
-        if root is None:
+            where = "" if root == single else f" at {root}"
+            plan.messages.append(
+                f"data set: {kind}{where} (detected; --dataset none to read no files)"
+            )
+    elif dataset != "none":
+        if found_kind == dataset:
+            root, kind = found_root, dataset
+        elif single is not None:
+            root, kind = single, dataset
+        else:
             raise ValueError(f"--dataset {dataset} needs exactly one PATH: the data set's root")
-        kind = dataset
     if mimic_files and kind not in ("mimic-cxr", "mimic-cxr-jpg"):
         raise ValueError(
             f"{mimic_files[0]} is a MIMIC-CXR file, but the PATH is not a MIMIC-CXR(-JPG) root; "
@@ -82,10 +91,47 @@ def label_sources(
     return plan
 
 
-def store_reports(store, dataset, report_csvs: list[Path]) -> tuple[Counter, int]:  # noqa: ANN001
-    """Store the data set's report files and the reports CSVs' rows per study; (counts of new /
-    changed / unchanged reports, CSV rows that matched no stored image or study)."""
+def structured_report_files(report) -> list[Path]:  # noqa: ANN001
+    """Files of an ingest run that were set aside as non-image objects (SR among them)."""
+    return [Path(o.path) for o in report.outcomes if o.reason == "non-image-object"]
+
+
+def dataset_root(paths: list[Path], levels: int = 6) -> tuple[Path | None, str | None]:
+    """(root, layout) of the data set the PATHs belong to: a PATH itself, or the nearest folder
+    above it that ``detect_layout`` recognises (so that a part such as ``files/p10`` or
+    ``CheXpert-v1.0-small/valid`` can be ingested alone); (None, None) when the PATHs belong to
+    none, or to different ones."""
+    from chexretrieve.datasets import detect_layout
+
+    found = []
+    for path in paths:
+        folder = path.absolute() if path.is_dir() else path.absolute().parent
+        hit = None
+        for candidate in [folder, *folder.parents][:levels]:
+            inside = folder.relative_to(candidate).parts
+            if inside and not inside[0].startswith(_PART_FOLDERS):
+                continue  # only the data sets' own sub-folders lead up to their root
+            kind = detect_layout(candidate)
+            if kind is not None:
+                hit = (candidate, kind)
+                break
+        found.append(hit)
+    if found and found[0] is not None and all(h == found[0] for h in found):
+        return found[0]
+    return None, None
+
+
+def store_reports(
+    store,
+    dataset,
+    report_csvs: list[Path],
+    sr_files: list[Path] = (),  # noqa: ANN001
+) -> tuple[Counter, int]:
+    """Store the data set's report files, the reports CSVs' rows and the text of DICOM SR files
+    (keyed by StudyInstanceUID) per study; (counts of new / changed / unchanged reports, CSV
+    rows that matched no stored image or study)."""
     from chexretrieve.datasets.reports import read_report_file, read_reports_csv
+    from chexretrieve.dicom.sr_text import read_sr_text
 
     counts: Counter = Counter()
     unmatched = 0
@@ -100,6 +146,10 @@ def store_reports(store, dataset, report_csvs: list[Path]) -> tuple[Counter, int
             pending[study] = (read_report_file(path), str(path))
             if len(pending) >= REPORT_BATCH:
                 flush()
+    for path in sr_files:
+        found = read_sr_text(path)
+        if found is not None:
+            pending[found[0]] = (found[1], str(path))
     rows = [row for path in report_csvs for row in read_reports_csv(path)]
     keys = store.report_keys() if rows else {}
     for row in rows:

@@ -26,8 +26,10 @@ _DB_HELP = (
 
 def _open(db, encoder):  # noqa: ANN001, ANN202
     from chexretrieve.app import AppConfig, open_search_app
+    from chexretrieve.density.config import FIT_NOW, DensityConfig
 
-    app = open_search_app(AppConfig(db_url=db, encoder=encoder))
+    density = DensityConfig(background_fit_above=FIT_NOW)  # a one-shot command fits now
+    app = open_search_app(AppConfig(db_url=db, encoder=encoder, density=density))
     return app.service, app.service.density
 
 

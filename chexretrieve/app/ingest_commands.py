@@ -112,7 +112,11 @@ def ingest_command(
         "fit it on first use.",
     ),
 ) -> None:
-    """Ingest DICOM / PNG / JPEG files: decode, embed, store; resumable and idempotent."""
+    """Ingest DICOM / PNG / JPEG files: decode, embed, store; resumable and idempotent.
+
+    Public data sets as shipped (CheXpert, MIMIC-CXR-JPG, MIMIC-CXR): give the data set's
+    root; see docs/datasets.md.
+    """
     from rich.console import Console
 
     console = Console(stderr=True)
@@ -191,7 +195,11 @@ def _run(console, *, paths, db, encoder_spec, labels_paths, workers, batch_size,
          strict, split, file_timeout, modalities, device, show_progress,  # noqa: ANN001
          executor="local", thumbnail_px=256, dataset="auto", mimic_labels="chexpert",  # noqa: ANN001
          report_csvs=(), fit_density=False) -> int:  # noqa: ANN001  # fmt: skip
-    from chexretrieve.app.dataset_ingest import label_sources, store_reports
+    from chexretrieve.app.dataset_ingest import (
+        label_sources,
+        store_reports,
+        structured_report_files,
+    )
     from chexretrieve.encoders.registry import load_encoder
     from chexretrieve.ingest.config import IngestConfig
     from chexretrieve.ingest.pipeline import IngestError, ingest_paths
@@ -252,9 +260,10 @@ def _run(console, *, paths, db, encoder_spec, labels_paths, workers, batch_size,
         except ValueError as exc:
             return _fatal(console, str(exc))
         reports_line = None
-        if report_csvs or (plan.dataset is not None and plan.dataset.report_files):
+        sr_files = structured_report_files(report)
+        if report_csvs or sr_files or (plan.dataset is not None and plan.dataset.report_files):
             try:
-                counts, unmatched = store_reports(store, plan.dataset, list(report_csvs))
+                counts, unmatched = store_reports(store, plan.dataset, list(report_csvs), sr_files)
             except ValueError as exc:
                 return _fatal(console, f"images stored; reports not: {exc}")
             reports_line = (

@@ -65,7 +65,8 @@ def open_search_app(
     config = config or AppConfig()
     if store is None:
         url = resolve_read_store(config.db_url)
-        store = open_store(config=StoreConfig(url=url, create_if_missing=False))
+        # a read command: never created, never migrated, never written
+        store = open_store(config=StoreConfig(url=url, create_if_missing=False, read_only=True))
     if encoder is None:
         encoder = load_app_encoder(config.encoder, config.device)
     if not archive_has_embeddings(store, encoder.encoder_id):

@@ -86,6 +86,19 @@ class AuditLog:
             ) from None
         self._key = load_or_create_key(self.key_path)
         self._lock = threading.Lock()
+        self._sign_new_trail()
+
+    def _sign_new_trail(self) -> None:
+        """Give a new, empty trail its head record (0 records) before the first record, so a
+        crash between the first record and its head is caught up like any later one."""
+        try:
+            with self._lock, self._locked() as fd:
+                if os.fstat(fd).st_size == 0 and not head_path(self.path).exists():
+                    write_head(self.path, self._key, Head(0, 0, 0, GENESIS), self.fsync)
+        except OSError as exc:
+            raise ValueError(
+                f"cannot write the audit head record beside {self.path}: {exc.strerror or exc}"
+            ) from None
 
     # ------------------------------------------------------------------ writing
     @contextlib.contextmanager
@@ -157,7 +170,7 @@ class AuditLog:
             head = self._catch_up(fd, head, size)
             size = head.size
         last = _last_line(fd)
-        if hashlib.sha256(last).hexdigest() != head.last:
+        if head.lines and hashlib.sha256(last).hexdigest() != head.last:
             raise AuditIntegrityError("its last line does not match its head record (edited)")
         return size, head.seq + 1, head.lines, head.last
 

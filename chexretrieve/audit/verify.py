@@ -159,7 +159,9 @@ def _check_head(report, path, data, rows, last_seq, key, key_trouble) -> None:  
             "signed record, or the head record was replaced by an older one",
         )
         return
-    if rows and hashlib.sha256(rows[-1]).hexdigest() != head.last:
+    if not rows:
+        return
+    if hashlib.sha256(rows[-1]).hexdigest() != head.last:
         report._problem(report.lines, "the last line does not match the head record (edited)")
     elif last_seq != head.seq:
         report._problem(report.lines, f"seq {last_seq}, the head record names {head.seq}")

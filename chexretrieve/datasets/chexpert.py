@@ -4,8 +4,8 @@ Columns: ``Path, Sex, Age, Frontal/Lateral, AP/PA`` and the 14 observation colum
 is not one of the 13 findings the project retrieves by and is not kept). A Path reads
 ``CheXpert-v1.0-small/train/patient00001/study1/view1_frontal.jpg``: the patient is
 ``patient00001``, the study ``patient00001/study1``, the view ``Frontal/Lateral`` (else the file
-name). The split is the CSV's: train.csv -> train, valid.csv -> valid, test.csv -> test. The root
-given may be the folder holding the CSVs or its parent.
+name). The split is the CSV's: train.csv -> train, valid.csv -> valid, test.csv or
+test_labels.csv -> test. The root given may be the folder holding the CSVs or its parent.
 """
 
 from __future__ import annotations
@@ -22,8 +22,16 @@ from chexretrieve.datasets.entries import (
 from chexretrieve.datasets.tables import find_file, iter_records, read_header, require_columns
 
 DATASET = "chexpert"
-CSV_SPLITS = (("train.csv", "train"), ("valid.csv", "valid"), ("test.csv", "test"))
+#: label files and the split of their rows; the test set's labels (released apart) are read
+#: under either name, with at least a Path column and the observations
+CSV_SPLITS = (
+    ("train.csv", "train"),
+    ("valid.csv", "valid"),
+    ("test.csv", "test"),
+    ("test_labels.csv", "test"),
+)
 REQUIRED = ("Path",)
+SHIPPED_COLUMNS = ("Path", "Sex", "Age", "Frontal/Lateral", "AP/PA")
 
 
 def chexpert_folder(root: Path) -> Path | None:
@@ -34,6 +42,24 @@ def chexpert_folder(root: Path) -> Path | None:
         if child.is_dir() and any(find_file(child, name) for name, _ in CSV_SPLITS):
             return child
     return None
+
+
+def looks_shipped(folder: Path) -> bool:
+    """Whether the folder's train.csv / valid.csv are CheXpert's own: its columns, and Paths
+    that start with the release folder (``CheXpert-v1.0-small/`` or ``CheXpert-v1.0/``)."""
+    for name, _ in CSV_SPLITS:
+        path = find_file(folder, name)
+        if path is None:
+            continue
+        try:
+            header = read_header(path)
+            if not set(SHIPPED_COLUMNS) <= set(header):
+                return False
+            first = next(iter_records(path), None)
+        except ValueError:
+            return False
+        return first is not None and first[1]["Path"].startswith("CheXpert-v1.0")
+    return False
 
 
 def read_chexpert(root: Path) -> DatasetIndex:

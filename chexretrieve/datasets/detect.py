@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from chexretrieve.datasets.chexpert import chexpert_folder, read_chexpert
+from chexretrieve.datasets.chexpert import chexpert_folder, looks_shipped, read_chexpert
 from chexretrieve.datasets.entries import DatasetIndex
 from chexretrieve.datasets.mimic import PREFIX, read_mimic
 from chexretrieve.datasets.tables import find_file
@@ -15,7 +15,9 @@ LAYOUTS = ("chexpert", "mimic-cxr-jpg", "mimic-cxr")
 
 def detect_layout(root: Path) -> str | None:
     """'mimic-cxr' (cxr-record-list.csv[.gz]), 'mimic-cxr-jpg' (mimic-cxr-2.0.0-*.csv[.gz]) or
-    'chexpert' (train.csv / valid.csv here or in CheXpert-v1.0*/); None for another folder."""
+    'chexpert' (CheXpert's own train.csv / valid.csv here or in CheXpert-v1.0*/, Paths starting
+    CheXpert-v1.0); None for another folder (a CheXpert-format CSV of another archive, such as
+    a phantom archive's, is read only with --dataset chexpert)."""
     root = Path(root)
     if not root.is_dir():
         return None
@@ -24,7 +26,8 @@ def detect_layout(root: Path) -> str | None:
     names = ("metadata", "split", "chexpert", "negbio")
     if any(find_file(root, f"{PREFIX}{name}.csv") for name in names):
         return "mimic-cxr-jpg"
-    if chexpert_folder(root) is not None:
+    folder = chexpert_folder(root)
+    if folder is not None and looks_shipped(folder):
         return "chexpert"
     return None
 

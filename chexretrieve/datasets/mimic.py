@@ -155,7 +155,8 @@ def read_mimic(
     if labels_file is not None:
         unlabelled = len({(s, t) for s, t, _ in images.values()} - set(study_labels))
         if unlabelled:
-            index.notes.append(f"{unlabelled} studies have no row in {labels_file.name}")
+            noun = "study has" if unlabelled == 1 else "studies have"
+            index.notes.append(f"{unlabelled} {noun} no row in {labels_file.name}")
     return index
 
 

@@ -7,15 +7,17 @@ fitted image ids, so a later reader can say exactly how far the archive has move
 (``drift``), and never uses a stale fit without saying so (:mod:`chexretrieve.density.provider`).
 
 What it holds:
-* ``model``: the mixture, its K chosen by held-out likelihood (or BIC) among the candidates.
+* ``model``: the mixture, its K chosen by held-out likelihood (or BIC) among the candidates,
+  fitted on all images or, above ``DensityConfig.fit_sample``, on a seeded random sample.
 * ``log_density``: every archive image's log-density under the model (in-sample), for rarity.
 * ``reference``: the scores a query is ranked against for its percentile. With the held-out
   criterion these are the held-out 20 % of the archive scored by the model fitted without them,
   i.e. what *new* in-distribution images score (in-sample scores are higher, as the model has
   seen them, and would flag too many ordinary queries); with BIC, the in-sample scores.
 * ``threshold``: the ``ood_percentile``-th percentile of the reference: below it, a query is OOD.
-* ``components``: each component named by its nearest anchor sentences (all findings' sets) and
-  by the labels that dominate it among labelled archive images.
+* ``components``: each component named by its nearest anchor sentences (all findings' sets;
+  both sides centred on their own mean, past the image-text modality gap) and by the labels
+  that dominate it among labelled archive images.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import numpy as np
 from chexretrieve.cache import write_atomically
 from chexretrieve.density.config import DensityConfig
 from chexretrieve.findings import FINDINGS
+from chexretrieve.geometry.bessel import vmf_mean_length
 from chexretrieve.geometry.movmf_density import MovMFDensity, select_movmf_density
 
 #: file format version (bumped when the layout changes; other versions are refitted)
@@ -247,8 +250,12 @@ def fit_archive_density(
             f"least {config.min_images} (DensityConfig.min_images)"
         )
     x = x / np.linalg.norm(x, axis=1, keepdims=True)  # float16/32 storage rounds off the sphere
+    sample = x
+    if len(x) > config.fit_sample:  # a seeded sample bounds the fit's time; all are scored
+        rows = np.random.default_rng(config.seed).choice(len(x), config.fit_sample, replace=False)
+        sample = x[np.sort(rows)]
     selection = select_movmf_density(
-        x, candidates=config.candidates, criterion=config.criterion, seed=config.seed
+        sample, candidates=config.candidates, criterion=config.criterion, seed=config.seed
     )
     model = selection.density
     own = model.log_density(x)
@@ -273,6 +280,11 @@ def fit_archive_density(
     )
 
 
+def _unit_rows(rows: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(rows, axis=1, keepdims=True)
+    return rows / np.where(norms > 0, norms, 1.0)
+
+
 def name_components(model, posterior, image_ids, labels, anchors) -> tuple[ComponentName, ...]:
     """Each component's nearest anchor sentences and dominant labels (module text)."""
     sentences, vectors = [], []
@@ -281,7 +293,14 @@ def name_components(model, posterior, image_ids, labels, anchors) -> tuple[Compo
         vectors.append(np.asarray(text.embeddings, dtype=np.float64))
     nearest = [()] * model.n_components
     if vectors:
-        cosines = model.directions @ np.vstack(vectors).T
+        # image and text embeddings sit in two cones apart (the modality gap): compare what sets
+        # a component apart from the archive's mean with what sets a sentence apart from the
+        # mean sentence, not the raw directions (those all pick the same few sentences)
+        texts = np.vstack(vectors)
+        texts = texts - texts.mean(axis=0)
+        lengths = vmf_mean_length(model.dim, model.concentrations)
+        offsets = model.directions - (model.weights * lengths) @ model.directions
+        cosines = _unit_rows(offsets) @ _unit_rows(texts).T
         order = np.argsort(-cosines, axis=1, kind="stable")[:, :NAMED_SENTENCES]
         nearest = [tuple(sentences[j] for j in row) for row in order]
     dominant, mass = [()] * model.n_components, [0.0] * model.n_components

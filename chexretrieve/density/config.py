@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+#: ``background_fit_above`` for one-shot commands: always fit during the call
+FIT_NOW = 2**62
 #: how the mixture's component count is chosen (chexretrieve.geometry.movmf_density)
 DENSITY_CRITERIA = ("heldout", "bic")
 
@@ -29,6 +31,14 @@ class DensityConfig:
     cache_dir: Path | None = None
     # fewest archive images a density is fitted on (fewer: searches carry no density)
     min_images: int = 20
+    # larger archives are fitted on a seeded random sample of this many images (every image is
+    # still scored); bounds the fit's time (docs/density.md has the measured cost)
+    fit_sample: int = 20_000
+    # a search that must fit an archive larger than this starts the fit in the background and
+    # carries "no density yet" until it is ready (smaller archives are fitted during the search;
+    # refits always run in the background, the old fit flagged stale meanwhile; FIT_NOW: every
+    # fit and refit during the call, for one-shot commands)
+    background_fit_above: int = 5000
     # concept decomposition: list the top components covering this share of the posterior
     concept_mass: float = 0.9
 
@@ -46,5 +56,9 @@ class DensityConfig:
             raise ValueError(f"candidates must be positive counts, got {self.candidates}")
         if self.min_images < 3:
             raise ValueError(f"min_images must be at least 3, got {self.min_images}")
+        if self.fit_sample < self.min_images:
+            raise ValueError(
+                f"fit_sample ({self.fit_sample}) must be at least min_images ({self.min_images})"
+            )
         if not 0 < self.concept_mass <= 1:
             raise ValueError(f"concept_mass must be in (0, 1], got {self.concept_mass}")

@@ -8,7 +8,12 @@ Which fit it uses, in order:
    ``DensityConfig.refit_fraction`` of its images were added or removed since: used, but every
    assessment says ``stale`` and how far the archive moved (the UI and JSON show it);
 3. otherwise a new fit from today's gallery when ``fit_on_search`` (saved for the next search),
-   else no density, with a note saying to run ``chexretrieve density fit``.
+   else no density, with a note saying to run ``chexretrieve density fit``. A gallery larger
+   than ``background_fit_above`` is fitted in a background thread (minutes at 100,000 images):
+   searches meanwhile carry no density and a note saying it is being fitted. A *refit* (rule 2
+   failed on drift) always runs in the background while the old fit serves, flagged ``stale``
+   with a note, so no search waits for one; one-shot commands (``background_fit_above`` =
+   ``FIT_NOW``) fit and refit during the call.
 A gallery with fewer than ``min_images`` images gets no density and a note saying so.
 """
 
@@ -29,7 +34,7 @@ from chexretrieve.density.archive import (
     fit_archive_density,
     saved_revisions,
 )
-from chexretrieve.density.config import DensityConfig
+from chexretrieve.density.config import FIT_NOW, DensityConfig
 from chexretrieve.findings import FINDINGS
 
 #: what the UI shows above the results of an out-of-distribution query
@@ -135,6 +140,10 @@ class ArchiveDensityProvider:
         self._current: ArchiveDensity | None = None
         self._lock = threading.Lock()
         self._fit_lock = threading.Lock()  # one fit at a time; waiting searches reuse it
+        self._background: threading.Thread | None = None  # a fit of a large archive, running
+        self._background_error = ""
+        #: why the last fit could not be saved ("" when it was)
+        self.save_error = ""
 
     # --------------------------------------------------------------------------- the fit
     def fit(self, gallery) -> ArchiveDensity:
@@ -152,9 +161,18 @@ class ArchiveDensityProvider:
             config=self.config,
         )
         path = density_path(self.folder, self.store.label, self.encoder_id, revision)
-        density.save(path)
-        for _, old in saved_revisions(self.folder, self.store.label, self.encoder_id)[KEPT_FITS:]:
-            old.unlink(missing_ok=True)
+        try:
+            density.save(path)
+            for _, old in saved_revisions(self.folder, self.store.label, self.encoder_id)[
+                KEPT_FITS:
+            ]:
+                old.unlink(missing_ok=True)
+            self.save_error = ""
+        except OSError as exc:  # an unwritable cache costs a refit per process, never a search
+            self.save_error = (
+                f"the density could not be saved under {self.folder} ({exc.strerror or exc}); "
+                "it is kept in memory only"
+            )
         with self._lock:
             self._current = density
         return density
@@ -187,7 +205,9 @@ class ArchiveDensityProvider:
         if held is not None and held.fingerprint == gallery.fingerprint:
             return held, False, ""
         candidate = held
-        for _, path in saved_revisions(self.folder, self.store.label, self.encoder_id):
+        for revision, path in saved_revisions(self.folder, self.store.label, self.encoder_id):
+            if held is not None and revision == held.revision:
+                break  # the newest file is the fit held in memory: no need to read it again
             try:
                 saved = ArchiveDensity.load(path)
             except ValueError:
@@ -214,6 +234,20 @@ class ArchiveDensityProvider:
                         "`chexretrieve density fit` to refresh it"
                     ),
                 )
+        synchronous = self.config.background_fit_above >= FIT_NOW  # one-shot commands
+        if candidate is not None and self.config.fit_on_search and not synchronous:
+            # never hold a search up for a refit: the old fit serves, flagged, meanwhile
+            started = self._fit_in_background(gallery)
+            return (
+                candidate,
+                True,
+                (
+                    f"density fitted on {candidate.n_images} images at archive revision "
+                    f"{candidate.revision}; {100 * drift:.1f} % of the archive was added or "
+                    f"removed since (over the {100 * self.config.refit_fraction:.0f} % refit "
+                    f"threshold): {started}"
+                ),
+            )
         if not self.config.fit_on_search:
             why = "none was fitted" if candidate is None else "the saved one is too old"
             return (
@@ -224,12 +258,46 @@ class ArchiveDensityProvider:
                     "`chexretrieve density fit`"
                 ),
             )
+        if len(gallery) > self.config.background_fit_above:
+            return None, False, "no density yet: " + self._fit_in_background(gallery)
         with self._fit_lock:
             with self._lock:
                 held = self._current
             if held is not None and held.fingerprint == gallery.fingerprint:
                 return held, False, ""  # fitted by another search meanwhile
             return self.fit(gallery), False, ""
+
+    def _fit_in_background(self, gallery) -> str:
+        """Start (once) a fit of ``gallery`` in a thread; the note searches carry meanwhile."""
+        with self._lock:
+            running = self._background is not None and self._background.is_alive()
+            error = self._background_error
+            if not running and not error:  # after a failure: no retry per search (see note)
+                self._background = threading.Thread(
+                    target=self._background_fit, args=(gallery,), daemon=True,
+                    name="density-fit",
+                )  # fmt: skip
+                self._background.start()
+        if error:
+            return f"the last background fit failed ({error}); run `chexretrieve density fit`"
+        return (
+            f"the archive density of {len(gallery):,} images is being fitted in the background "
+            "(minutes for a large archive); searches use it once it is ready"
+        )
+
+    def _background_fit(self, gallery) -> None:
+        try:
+            with self._fit_lock:
+                self.fit(gallery)
+        except Exception as exc:  # noqa: BLE001 - a thread's failure is reported by the next note
+            with self._lock:
+                self._background_error = f"{type(exc).__name__}: {exc}"
+
+    def wait_for_background_fit(self, timeout: float | None = None) -> None:
+        """Block until a background fit (if any) ends (tests, the CLI)."""
+        thread = self._background
+        if thread is not None:
+            thread.join(timeout)
 
     def held(self) -> ArchiveDensity | None:
         """The fit the last assessment used (None before the first)."""
@@ -256,7 +324,7 @@ class ArchiveDensityProvider:
             revision=density.revision,
             n_images=density.n_images,
             n_components=density.model.n_components,
-            note=note,
+            note="; ".join(n for n in (note, self.save_error) if n),
             concepts=self.concepts(density, row, posterior)[0],
         )
 

@@ -132,9 +132,22 @@ def select_cohort(archive: LabelledArchive, config: ProtocolConfig) -> Cohort:
     """The view filter and the patient-overlap check of ``config`` applied to ``archive``.
 
     PatientOverlapError (a ValueError) names how many patients the two splits share and a few of
-    them, unless ``config.allow_patient_overlap``; ValueError when lateral views are asked of a
-    source that records none."""
+    them, unless ``config.allow_patient_overlap``; ValueError when a split holds no image (naming
+    the splits there are) or lateral views are asked of a source that records none."""
     splits = np.asarray(archive.splits).astype(str)
+    present = {str(k): int(v) for k, v in zip(*np.unique(splits, return_counts=True), strict=True)}
+    for role, name, option in (
+        ("query", config.query_split, "--query-split"),
+        ("key", config.key_split, "--key-split"),
+    ):
+        if name not in present:
+            found = ", ".join(
+                f"{k or '(none)'} ({v} image{'s' if v != 1 else ''})" for k, v in present.items()
+            )
+            raise ValueError(
+                f"no image is in the {role} split {name!r}; the splits here are: {found}. "
+                f"Choose another with {option}"
+            )
     in_splits = np.isin(splits, [config.query_split, config.key_split])
     groups, column = view_groups(archive.labels)
     notes: list[str] = []

@@ -252,12 +252,18 @@ def retrieval_command(
         from chexretrieve.evaluation.sources import store_source
 
         try:
+            store_notes: list[str] = []
             archive, views = store_source(
-                db, specs or ["phantom"], texts, encoder_config=encoder_config, cache_dir=cache_dir
+                db,
+                specs or ["phantom"],
+                texts,
+                encoder_config=encoder_config,
+                cache_dir=cache_dir,
+                notes=store_notes,
             )
         except ValueError as exc:  # no such store, no such encoder: one line, exit 2
             _fail(exc)
-        source, name = f"store {db}", "store"
+        source, name = f"store {db}" + "".join(f"; {n}" for n in store_notes), "store"
         mixing = replace(mixing, nuisance_label=nuisance_label or "view_position")
     else:
         from chexretrieve.evaluation.phantom_source import phantom_source

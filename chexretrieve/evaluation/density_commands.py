@@ -40,9 +40,11 @@ def density_command(
 
     from chexretrieve.encoders import load_encoder
     from chexretrieve.evaluation.cli_options import int_items
-    from chexretrieve.evaluation.density_data import density_sets
+    from chexretrieve.evaluation.density_data import CACHED_MESSAGE, density_sets
     from chexretrieve.evaluation.density_eval import (
+        component_names_table,
         decomposition_table,
+        finding_anchor_texts,
         fit_models,
         long_tail_table,
         ood_tables,
@@ -55,19 +57,28 @@ def density_command(
     try:
         model = load_encoder(encoder)
         check_disjoint_world(model, phantom_seed)
+        heard: list[str] = []
+
+        def progress(what: str) -> None:
+            heard.append(what)
+            console.print(f"[dim]{what}[/dim]", markup=True)
+
         sets = density_sets(
             model, phantom_seed, n_archive, n_heldout, n_transforms, n_synthetic,
-            progress=lambda what: console.print(f"[dim]{what}[/dim]"),
+            progress=progress,
         )  # fmt: skip
+        cached = any(h.startswith(CACHED_MESSAGE) for h in heard)
     except ValueError as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
     console.print("[dim]fitting MovMF, Gaussian, k-NN on the archive[/dim]")
     models = fit_models(sets.archive, int_items(candidates, "--candidates"), seed)
-    ood, flags = ood_tables(sets, models)
+    ood, flags, by_kind = ood_tables(sets, models)
     files = per_file_table(sets, models)
     tail = long_tail_table(sets, models, rare_max)
     parts = decomposition_table(sets, models, seed)
+    console.print("[dim]naming components by anchor sentences and true findings[/dim]")
+    names = component_names_table(sets, models, finding_anchor_texts(model))
     selection = (
         __import__("pandas")
         .Series(models.selection.scores, name="held-out mean log-likelihood")
@@ -78,9 +89,11 @@ def density_command(
     tables = {
         "ood_auroc_fpr95": ood.set_index(["model", "OOD group"]),
         "ood_flag_rates": flags,
+        "ood_flag_rates_by_kind": by_kind,
         "pydicom_data_percentiles": files,
         "long_tail": tail,
         "decomposition": parts,
+        "component_names": names,
         "component_count": selection,
     }
     settings = {
@@ -95,6 +108,7 @@ def density_command(
         "seed": seed,
         "fit_seconds": {k: round(v, 3) for k, v in models.fit_seconds.items()},
         "total_seconds": round(time.perf_counter() - started, 1),
+        "embeddings_from_cache": cached,
     }
     write_density_report(out, command_line(), settings, tables)
     console.print(f"report: {out / 'report.md'}")
@@ -126,9 +140,13 @@ def write_density_report(out: Path, command: str, settings: dict, tables: dict) 
     titles = {
         "ood_auroc_fpr95": "OOD detection: AUROC and FPR95 (held-out phantoms vs each OOD group)",
         "ood_flag_rates": "The deployed rule: share flagged below the archive's 0.5th percentile",
+        "ood_flag_rates_by_kind": "The deployed rule per kind of phantom render / synthetic image",
         "pydicom_data_percentiles": "pydicom-data files: percentile among held-out phantoms",
         "long_tail": "Long tail: rare finding combinations vs the five most common",
         "decomposition": "Concept decomposition: sparsity and purity of the top component",
+        "component_names": "The 16 heaviest components, named (true findings positive in >= 50 %"
+        " of the component's archive images and >= 1.5 x the archive rate; nearest anchor "
+        "sentence of all findings' sets, both centred)",
         "component_count": "Component count: held-out log-likelihood per K (archive split 80/20)",
     }
     lines = [
@@ -140,7 +158,13 @@ def write_density_report(out: Path, command: str, settings: dict, tables: dict) 
         f"{settings['n_archive']} archive phantoms (every model is fitted on these only), "
         f"{settings['n_heldout']} held-out phantoms (in distribution), {settings['n_ood']} "
         f"out-of-distribution images. MovMF K = {settings['chosen_K']} (held-out likelihood). "
-        f"Run time {settings['total_seconds']} s (embeddings cached after the first run).",
+        f"Run time {settings['total_seconds']} s ("
+        + (
+            "images and embeddings read from the cache"
+            if settings.get("embeddings_from_cache")
+            else "images generated and embedded in this run; later runs read them from the cache"
+        )
+        + ").",
         "",
         "SIMULATION: synthetic phantoms and a small phantom-trained image tower; these figures say "
         "nothing about clinical performance or about CLIP embeddings of real films.",

@@ -34,6 +34,8 @@ from chexretrieve.findings import FINDINGS
 
 #: bumped whenever the images drawn for a group change (old caches are ignored)
 DATA_VERSION = 2
+#: what ``density_sets`` tells its progress callback when it reads the sets from the cache
+CACHED_MESSAGE = "images and embeddings read from the cache:"
 #: pydicom-data files that are real chest films (their own group, not counted as OOD)
 CHEST_FILES = ("RG1_UNCR.dcm", "RG1_UNCI.dcm", "RG1_J2KR.dcm", "RG1_J2KI.dcm")
 
@@ -179,7 +181,9 @@ def density_sets(
     path = Path(cache_dir or cache_folder("eval")) / f"density-sets-{key}.npz"
     if path.is_file():
         try:
-            return _load(path)
+            loaded = _load(path)
+            say(f"{CACHED_MESSAGE} {path}")
+            return loaded
         except (OSError, KeyError, ValueError):
             pass  # damaged: regenerated below
     say(f"phantom archive: {n_archive} cases of world {seed}")

@@ -112,9 +112,10 @@ def fit_models(archive: np.ndarray, candidates, seed: int) -> FittedModels:
     return FittedModels(scores, reference, movmf, selection, timings)
 
 
-def ood_tables(sets: DensitySets, models: FittedModels) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(AUROC / FPR95 per model and OOD group, flag rates of the deployed rule)."""
-    rows, flags = [], []
+def ood_tables(sets: DensitySets, models: FittedModels):
+    """(AUROC / FPR95 per model and OOD group, flag rates of the deployed rule per group, and per
+    kind of phantom render and synthetic image)."""
+    rows, flags, kinds = [], [], []
     groups = ["all OOD", *sorted(set(sets.ood_group))]
     for name, score in models.scores.items():
         inside = -score(sets.heldout)
@@ -133,12 +134,22 @@ def ood_tables(sets: DensitySets, models: FittedModels) -> tuple[pd.DataFrame, p
                 }
             )
         flag = {"model": name, "held-out phantoms flagged": float(np.mean(inside > threshold))}
+        for kind in sorted(set(sets.ood_name[sets.ood_group != "pydicom-data"])):
+            picked = outside[(sets.ood_name == kind) & (sets.ood_group != "pydicom-data")]
+            kinds.append({"model": name, "kind": kind, "n": len(picked),
+                          "flagged": float(np.mean(picked > threshold))})  # fmt: skip
         for group in groups[1:]:
             flag[f"{group} flagged"] = float(np.mean(outside[sets.ood_group == group] > threshold))
         if len(chest):
             flag["real chest films (RG1) flagged"] = float(np.mean(chest > threshold))
         flags.append(flag)
-    return pd.DataFrame(rows), pd.DataFrame(flags).set_index("model")
+    by_kind = pd.DataFrame(kinds).pivot(index="kind", columns="model", values="flagged")
+    by_kind.insert(0, "n", pd.DataFrame(kinds).groupby("kind")["n"].first())
+    return (
+        pd.DataFrame(rows),
+        pd.DataFrame(flags).set_index("model"),
+        by_kind[["n", *models.scores]],
+    )
 
 
 def per_file_table(sets: DensitySets, models: FittedModels) -> pd.DataFrame:
@@ -235,3 +246,44 @@ def decomposition_table(sets: DensitySets, models: FittedModels, seed: int) -> p
             }
         )
     return pd.DataFrame(rows).set_index("assignment")
+
+
+def finding_anchor_texts(encoder):
+    """Every finding's latest anchor set embedded by ``encoder`` (AnchorText), for naming."""
+    from chexretrieve.anchors import latest_anchor_set
+    from chexretrieve.density.archive import AnchorText
+
+    texts = []
+    for finding in FINDINGS:
+        try:
+            anchor_set = latest_anchor_set(finding)
+        except (ValueError, OSError):
+            continue
+        sentences = tuple(anchor_set.sentences)
+        vectors = np.asarray(encoder.embed_texts(list(sentences)), dtype=np.float64)
+        texts.append(AnchorText(finding, sentences, vectors))
+    return texts
+
+
+def component_names_table(sets: DensitySets, models: FittedModels, anchors, top: int = 16):
+    """The ``top`` heaviest components: weight, dominant true findings in the archive, the
+    nearest anchor sentence, and the share of held-out phantoms whose top component it is."""
+    from chexretrieve.density.archive import name_components
+
+    movmf = models.movmf
+    ids = np.arange(len(sets.archive))
+    truth = sets.archive_truth.set_index(pd.Index(ids))
+    names = name_components(movmf, movmf.posterior(sets.archive), ids, truth, anchors)
+    held_top = np.bincount(movmf.posterior(sets.heldout).argmax(axis=1), minlength=len(names))
+    rows = []
+    for name in sorted(names, key=lambda n: -n.weight)[:top]:
+        rows.append(
+            {
+                "component": name.component,
+                "weight": name.weight,
+                "dominant true findings": ", ".join(name.labels) or "none (normal or mixed)",
+                "nearest anchor sentence": name.sentences[0] if name.sentences else "",
+                "held-out share": held_top[name.component] / len(sets.heldout),
+            }
+        )
+    return pd.DataFrame(rows).set_index("component")

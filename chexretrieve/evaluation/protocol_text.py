@@ -95,8 +95,13 @@ def protocol_paragraph(
             _views_sentence(config, cohort),
             _patients_sentence(config, cohort),
             f"A finding with fewer than {config.min_queries} queries "
-            f"(`min_queries={config.min_queries}`) or fewer than {config.min_relevant_keys} "
-            "relevant keys is skipped and listed under Skipped.",
+            f"(`min_queries={config.min_queries}`) or "
+            + (
+                "no relevant key"
+                if config.min_relevant_keys == 1
+                else f"fewer than {config.min_relevant_keys} relevant keys"
+            )
+            + " is skipped and listed under Skipped.",
             _prior_sentence(broad_sets, posterior_used),
             "AUPRC is the average precision of each query's ranked key list (scikit-learn's "
             "definition, ties included), averaged over queries.",

@@ -75,7 +75,14 @@ def run_retrieval(
         row.pop("coordinate")
         task_rows.append(row)
         if task.n_queries < config.protocol.min_queries:
-            skipped.append((finding, f"{task.n_queries} queries in the query split"))
+            n = task.n_queries
+            skipped.append(
+                (
+                    finding,
+                    f"{n} {'query' if n == 1 else 'queries'} in the query split, fewer than "
+                    f"min_queries = {config.protocol.min_queries}",
+                )
+            )
         elif row["n_relevant_keys"] < config.protocol.min_relevant_keys:
             skipped.append((finding, f"{row['n_relevant_keys']} positive keys"))
         elif not all(finding in v.anchors.findings and v.anchors.findings[finding] for v in views):

@@ -54,8 +54,10 @@ def load_anchor_texts(
     findings: Sequence[str] = FINDINGS,
     max_variants: int | None = None,
 ) -> AnchorTexts:
-    """Newest version of every variant per finding, every broad/... and nuisance/... context."""
+    """Newest version of every variant per finding and nuisance/... context; the broad prior
+    as ``chexretrieve.anchors.broad_prior`` rules (the same one search uses)."""
     from chexretrieve.anchors import find_anchor_sets, latest_variants
+    from chexretrieve.anchors.broad_prior import broad_prior_sets, prior_sentences
 
     found: dict[str, tuple] = {}
     keys: list[str] = []
@@ -66,20 +68,16 @@ def load_anchor_texts(
         found[finding] = tuple((s.variant or s.key, s.sentences) for s in sets)
         keys += [s.key for s in sets]
     contexts = sorted({s.context for s in find_anchor_sets(root) if s.context})
-    broad: list[str] = []
-    broad_keys: list[str] = []
     nuisance: dict[str, tuple[str, ...]] = {}
     for context in contexts:
-        if context.startswith("broad/"):
-            for s in latest_variants(context, root):
-                broad += s.sentences
-                keys.append(s.key)
-                broad_keys.append(s.key)
-        elif context.startswith("nuisance/"):
+        if context.startswith("nuisance/"):
             sets = latest_variants(context, root)
             nuisance[context] = tuple(t for s in sets for t in s.sentences)
             keys += [s.key for s in sets]
-    return AnchorTexts(found, tuple(dict.fromkeys(broad)), nuisance, tuple(keys), tuple(broad_keys))
+    prior = broad_prior_sets(root)
+    keys += [s.key for s in prior]
+    broad_keys = [s.key for s in prior]
+    return AnchorTexts(found, prior_sentences(prior), nuisance, tuple(keys), tuple(broad_keys))
 
 
 # ------------------------------------------------------------------------------------ caching
@@ -342,8 +340,11 @@ def store_source(
     *,
     encoder_config=None,
     cache_dir: str | Path | None = None,
+    notes: list[str] | None = None,
 ) -> tuple[LabelledArchive, list[EncodedView]]:
-    """Images embedded by every encoder (intersection), labels and splits from a store."""
+    """Images embedded by every encoder (intersection) that have a label row, with their labels
+    and splits, from a store. An image without any label row (a study missing from the label
+    files) is neither query nor key; how many were left out is appended to ``notes``."""
     from chexretrieve.encoders import load_encoder
     from chexretrieve.store import StoreConfig, open_store
 
@@ -353,7 +354,7 @@ def store_source(
     try:
         encoders = [load_encoder(spec, config=encoder_config) for spec in encoder_specs]
         galleries = [store.gallery(e.encoder_id) for e in encoders]
-        labels = store.labels_frame()
+        labels = store.labels_frame(metadata=True)  # patient, study, view, split, path
     finally:
         store.close()
     common = set(galleries[0].image_ids.tolist())
@@ -362,12 +363,28 @@ def store_source(
     ids = np.array(sorted(common), dtype=np.int64)
     if len(ids) == 0:
         raise ValueError(f"the store at {url} holds no image embedded by all of {encoder_specs}")
+    labelled = np.isin(ids, labels.index.to_numpy(dtype=np.int64))
+    if not labelled.any():
+        raise ValueError(
+            f"none of the {len(ids)} embedded images in the store at {url} has labels; ingest "
+            "them with their label files (--labels) first"
+        )
+    if notes is not None and not labelled.all():
+        notes.append(
+            f"{int((~labelled).sum())} embedded images have no labels in the store and were "
+            "left out (neither queries nor keys)"
+        )
+    ids = ids[labelled]
     meta = galleries[0].metadata.loc[ids]
     frame = labels.reindex(ids)
     # a store ingested before data-set ingest kept patient, view and path only in the metadata
     for column, source in _STORE_FALLBACKS:
-        if source in meta.columns and (column not in frame or frame[column].isna().all()):
+        if source not in meta.columns:
+            continue
+        if column not in frame:
             frame[column] = meta[source].to_numpy()
+        else:  # fill the gaps only
+            frame[column] = frame[column].where(frame[column].notna(), meta[source].to_numpy())
     frame = frame.reset_index(drop=True)
     splits = meta["split"].fillna("").astype(str).to_numpy()
     if "split" in frame.columns:  # the labels frame's split, where it has one

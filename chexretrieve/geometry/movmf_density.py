@@ -32,7 +32,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.special import logsumexp
 
 from chexretrieve.geometry.bessel import log_vmf_normalizer, vmf_mean_length
 from chexretrieve.geometry.checks import check_positive_float, check_positive_int, check_unit_rows
@@ -46,6 +45,14 @@ _DEAD_FRACTION = 1e-10
 _KMEANS_PASSES = 10
 #: criteria accepted by select_movmf_density
 SELECTION_CRITERIA = ("bic", "heldout")
+
+
+def logsumexp_rows(values: np.ndarray) -> np.ndarray:
+    """log Σ_k exp(values[i, k]) per row, stably (scipy's logsumexp costs ~170 µs per call on one
+    row; this ~10 µs, which is most of a query's cost)."""
+    top = values.max(axis=1, keepdims=True)
+    top = np.where(np.isfinite(top), top, 0.0)
+    return (top + np.log(np.exp(values - top).sum(axis=1, keepdims=True)))[:, 0]
 
 
 def banerjee_concentration(dim: int, mean_length) -> np.ndarray:
@@ -133,20 +140,20 @@ class MovMFDensity:
     def log_density(self, embeddings) -> np.ndarray:
         """log p(x) for unit rows (n, d), in nats, w.r.t. the sphere's surface measure."""
         x = check_unit_rows(embeddings, "embeddings", self.dim)
-        return logsumexp(self._log_joint(x), axis=1)
+        return logsumexp_rows(self._log_joint(x))
 
     def log_density_and_posterior(self, embeddings) -> tuple[np.ndarray, np.ndarray]:
         """Both at the cost of one: log p(x) (n,) and P(k | x) (n, K)."""
         x = check_unit_rows(embeddings, "embeddings", self.dim)
         joint = self._log_joint(x)
-        total = logsumexp(joint, axis=1)
+        total = logsumexp_rows(joint)
         return total, np.exp(joint - total[:, None])
 
     def posterior(self, embeddings) -> np.ndarray:
         """Responsibilities P(component k | x), shape (n, K), rows summing to 1."""
         x = check_unit_rows(embeddings, "embeddings", self.dim)
         joint = self._log_joint(x)
-        return np.exp(joint - logsumexp(joint, axis=1, keepdims=True))
+        return np.exp(joint - logsumexp_rows(joint)[:, None])
 
     def bic(self, embeddings) -> float:
         """−2 log L + p log n on ``embeddings`` (lower is better)."""
@@ -256,7 +263,7 @@ def fit_movmf_density(
         weights, directions, kappa = _m_step(x, responsibilities, max_concentration)
         log_joint = np.log(weights) + log_vmf_normalizer(x.shape[1], kappa)
         log_joint = log_joint + (x @ directions.T.astype(x.dtype)).astype(np.float64) * kappa
-        log_likelihood = logsumexp(log_joint, axis=1)
+        log_likelihood = logsumexp_rows(log_joint)
         responsibilities = np.exp(log_joint - log_likelihood[:, None])
         history.append(float(log_likelihood.mean()))
         if len(history) > 1 and history[-1] - history[-2] < tol:

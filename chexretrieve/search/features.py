@@ -86,9 +86,12 @@ class FeatureCache:
         self.extended = 0  # of those, blocks extended from the previous archive's (new rows only)
         self.rejected: list[str] = []  # why cached files were not served (tests and logs)
         self._geometry_inputs: dict[str, dict] = {}  # geometry key -> what it was fitted from
-        # geometry key -> (image ids, embeddings, features) of the newest gallery it scored: an
-        # archive that only grew gets features for its new rows only
-        self._latest: dict[str, tuple[np.ndarray, np.ndarray, KeyMatrix]] = {}
+        # geometry key -> (gallery fingerprint, feature key) of the newest gallery it scored, and
+        # fingerprint -> (image ids, SHA-256 of the embedding rows) of the last few galleries: an
+        # archive that only grew gets features for its new rows only. No embedding or feature
+        # array is held here (the features are recalled from the LRU, if still there)
+        self._latest: dict[str, tuple[str, str]] = {}
+        self._galleries: OrderedDict[str, tuple[np.ndarray, str]] = OrderedDict()
         self._write_warned = False
 
     def _recall(self, lru: OrderedDict, key: str) -> object | None:
@@ -197,9 +200,23 @@ class FeatureCache:
                 key, geometry, embeddings, inputs, geometry_key, image_ids
             )
         if image_ids is not None and geometry.layout != "plain":
+            self._note_gallery(fingerprint, image_ids, embeddings)
             with self._lock:
-                self._latest[geometry_key] = (np.asarray(image_ids), embeddings, features)
+                self._latest[geometry_key] = (fingerprint, key)
         return features
+
+    def _note_gallery(self, fingerprint: str, image_ids, embeddings) -> None:
+        """Keep (ids, digest of the rows) of this gallery for a later extension (3 galleries)."""
+        with self._lock:
+            if fingerprint in self._galleries:
+                self._galleries.move_to_end(fingerprint)
+                return
+        ids = np.array(image_ids, dtype=np.int64, copy=True)
+        digest = _rows_digest(embeddings, len(ids))
+        with self._lock:
+            self._galleries[fingerprint] = (ids, digest)
+            while len(self._galleries) > 3:
+                self._galleries.popitem(last=False)
 
     def gallery_index(self, geometry, geometry_key: str, fingerprint: str, features, kind: str):
         """The ``chexretrieve.ann`` index of ``kind`` over the gallery features, or None while it
@@ -282,26 +299,23 @@ class FeatureCache:
 
     def _extended(self, geometry, geometry_key: str, embeddings, image_ids) -> KeyMatrix | None:
         """The previous gallery's features plus those of the new rows, when the archive only
-        grew (its rows are a prefix of this one's, ids and embeddings equal), else None."""
+        grew (its rows are a prefix of this one's: the same ids, embedding rows with the same
+        SHA-256) and those features are still in memory, else None."""
+        if image_ids is None:
+            return None
         with self._lock:
             latest = self._latest.get(geometry_key)
-        if latest is None or image_ids is None:
+            old = self._galleries.get(latest[0]) if latest else None
+        if latest is None or old is None:
             return None
-        old_ids, old_embeddings, old_features = latest
+        old_features = self._recall(self._memory, latest[1])
+        old_ids, old_digest = old
         m = len(old_ids)
         ids = np.asarray(image_ids)
-        if (
-            not 0 < m < len(ids)
-            or len(old_features) != m
-            or old_embeddings.shape[1:] != (embeddings.shape[1:])
-        ):
+        if old_features is None or not 0 < m < len(ids) or len(old_features) != m:
             return None
-        if not np.array_equal(ids[:m], old_ids):
+        if not np.array_equal(ids[:m], old_ids) or _rows_digest(embeddings, m) != old_digest:
             return None
-        for start in range(0, m, ROW_CHUNK):  # chunks: no (m, d) temporary
-            stop = min(m, start + ROW_CHUNK)
-            if not np.array_equal(embeddings[start:stop], old_embeddings[start:stop]):
-                return None
         features = KeyMatrix.from_stored(old_features.array)
         features.extend(
             geometry.features(_unit_float32(embeddings[start : start + ROW_CHUNK]))
@@ -325,6 +339,14 @@ class FeatureCache:
                     path.parent,
                     exc.strerror or exc,
                 )
+
+
+def _rows_digest(embeddings, n: int) -> str:
+    """SHA-256 of the first ``n`` embedding rows as stored (dtype and width included)."""
+    digest = hashlib.sha256(f"{np.asarray(embeddings).dtype}|{embeddings.shape[1]}|".encode())
+    for start in range(0, n, ROW_CHUNK):
+        digest.update(np.ascontiguousarray(embeddings[start : min(n, start + ROW_CHUNK)]).tobytes())
+    return digest.hexdigest()
 
 
 def _unit_float32(rows: np.ndarray) -> np.ndarray:

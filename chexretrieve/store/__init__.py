@@ -31,6 +31,7 @@ from chexretrieve.store.records import (
     Thumbnail,
 )
 from chexretrieve.store.schema import OUTCOMES
+from chexretrieve.store.schema_version import schema_versions, upgrade_store
 from chexretrieve.store.store import IMAGE_COLUMNS, Store, open_store
 
 __all__ = [
@@ -54,5 +55,7 @@ __all__ = [
     "database_label",
     "default_db_url",
     "open_store",
+    "schema_versions",
     "sqlite_file",
+    "upgrade_store",
 ]

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 from sqlalchemy import Connection, select
 
 from chexretrieve.datasets.entries import view_group_of
-from chexretrieve.store.schema import Image, Report, Study
+from chexretrieve.findings import FINDINGS
+from chexretrieve.store import writes
+from chexretrieve.store.schema import Image, Label, Report, Study
 from chexretrieve.store.writes import chunks
 
 #: the data-set columns of ``Store.dataset_frame`` / ``Store.labels_frame(metadata=True)``
@@ -101,3 +103,62 @@ def report_keys(conn: Connection) -> dict[str, str]:
             if name:
                 out.setdefault(name, key)
     return out
+
+
+class DatasetRecords:
+    """The Store's data-set and report methods (a mixin: it uses ``Store._read`` / ``_write``)."""
+
+    def dataset_frame(
+        self, image_ids: Sequence[int] | None = None, *, labels: bool = True
+    ) -> pd.DataFrame:
+        """EVERY image (labelled or not), index image_id: the finding columns (NaN when blank or
+        unlabelled; left out with ``labels=False``) then ``DATASET_COLUMNS``:
+        patient_id, study_id (the data set's study id, else the StudyInstanceUID), view_group
+        ("frontal" / "lateral" / "" unknown; from the data set, else from ViewPosition),
+        view_position, sex, age (years, NaN unknown), split ("" none), dataset_path (the path
+        relative to the data-set root, else the file path). Strings are "" when unknown."""
+        with self._read() as conn:
+            frame = dataset_frame(conn, image_ids)
+        if labels:
+            frame = self._labels_table(frame.index.tolist()).reindex(frame.index).join(frame)
+        return frame
+
+    # ------------------------------------------------------------------ reports
+    def put_reports(self, reports: Mapping[str, tuple[str, str | None]]) -> dict[str, int]:
+        """Store study reports (study key -> (text, source)) in one transaction; how many were
+        "new", "changed" and "unchanged". The key is the data set's study id (MIMIC study_id,
+        CheXpert patient/study), else the StudyInstanceUID."""
+        with self._write() as conn:
+            counts = writes.put_reports(conn, reports)
+            if counts["new"] or counts["changed"]:
+                writes.bump_revision(conn)
+        return {name: counts.get(name, 0) for name in ("new", "changed", "unchanged")}
+
+    def report_for_image(self, image_id: int) -> str | None:
+        """The stored report of the image's study, or None."""
+        with self._read() as conn:
+            return report_for_image(conn, int(image_id))
+
+    def report_texts(self) -> list[tuple[str, str]]:
+        """Every stored report as (study key, text), ordered by key."""
+        with self._read() as conn:
+            return report_texts(conn)
+
+    def report_keys(self) -> dict[str, str]:
+        """Image names (data-set path, file path) and study ids -> the study key reports use."""
+        with self._read() as conn:
+            return report_keys(conn)
+
+    def _labels_table(self, image_ids: Sequence[int] | None) -> pd.DataFrame:
+        """Finding columns (FINDINGS order) of labelled images, index image_id."""
+        stmt = select(Label.image_id, Label.finding, Label.value)
+        with self._read() as conn:
+            rows = conn.execute(stmt).all()
+        frame = pd.DataFrame(rows, columns=["image_id", "finding", "value"])
+        frame["value"] = pd.to_numeric(frame["value"], errors="coerce").astype(float)
+        table = frame.pivot(index="image_id", columns="finding", values="value")
+        table = table.reindex(columns=list(FINDINGS)).astype(float)
+        table.columns.name = None
+        if image_ids is not None:
+            table = table[table.index.isin([int(i) for i in image_ids])]
+        return table.sort_index()

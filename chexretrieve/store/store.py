@@ -19,9 +19,9 @@ import pandas as pd
 from sqlalchemy import Connection, and_, delete, func, insert, select, text, update
 from sqlalchemy.exc import DatabaseError, IntegrityError
 
-from chexretrieve.findings import FINDINGS
-from chexretrieve.store import cases, dataset_records, writes
+from chexretrieve.store import cases, writes
 from chexretrieve.store.config import StoreConfig
+from chexretrieve.store.dataset_records import DatasetRecords
 from chexretrieve.store.engine import (
     WRITER_OPTION,
     StoreError,
@@ -69,6 +69,13 @@ from chexretrieve.store.schema import (
     Study,
 )
 from chexretrieve.store.schema import Thumbnail as ThumbnailRow
+from chexretrieve.store.schema_version import (
+    check_schema,
+    is_unknown_revision_error,
+    newer_schema_error,
+    open_failure,
+    refuse_unwritable,
+)
 
 
 def open_store(url: str | None = None, config: StoreConfig | None = None) -> Store:
@@ -83,26 +90,38 @@ def open_store(url: str | None = None, config: StoreConfig | None = None) -> Sto
     return Store(config)
 
 
-class Store:
-    """All database access of chexretrieve goes through this class."""
+class Store(DatasetRecords):
+    """All database access of chexretrieve goes through this class (the data-set columns and
+    reports: ``dataset_records.DatasetRecords``)."""
 
     def __init__(self, config: StoreConfig) -> None:
         self.config = config
         self.engine = create_store_engine(config)
         try:
-            if config.migrate_on_open:
+            if not config.read_only:
+                refuse_unwritable(config)  # a writer on an immutable file / read-only mount
+            if config.read_only:
+                check_schema(self.engine, config)  # never migrates: says what to run instead
+            elif config.migrate_on_open:
                 run_migrations(self.engine, config)
             with self.engine.connect() as conn:
                 conn.execute(select(func.count()).select_from(Image)).scalar_one()
         except DatabaseError as exc:
             self.engine.dispose()
-            raise StoreError(
-                f"cannot open database {database_label(config.url)}: {exc.orig}; check the URL, "
-                "that the server is running and that the file is a chexretrieve store"
-            ) from None
-        except Exception:
+            raise StoreError(open_failure(config, exc)) from None
+        except StoreError:
             self.engine.dispose()
             raise
+        except Exception as exc:
+            self.engine.dispose()
+            if is_unknown_revision_error(exc):
+                raise newer_schema_error(config, exc) from None
+            raise
+
+    @property
+    def read_only(self) -> bool:
+        """Opened for reading only (StoreConfig.read_only): every write raises StoreError."""
+        return self.config.read_only
 
     # ------------------------------------------------------------------ plumbing
     @property
@@ -130,6 +149,11 @@ class Store:
 
     @contextmanager
     def _write(self) -> Iterator[Connection]:
+        if self.config.read_only:
+            raise StoreError(
+                f"the store {self.label} is open read-only (search, serve); writing to it needs a "
+                "writing command (`chexretrieve ingest`, `chexretrieve anchors embed`)"
+            )
         with self.engine.connect() as conn:
             conn = conn.execution_options(**{WRITER_OPTION: True})
             with conn.begin():
@@ -392,60 +416,6 @@ class Store:
             return table
         extra = self.dataset_frame(table.index.tolist(), labels=False)
         return table.join(extra, how="left")
-
-    def dataset_frame(
-        self, image_ids: Sequence[int] | None = None, *, labels: bool = True
-    ) -> pd.DataFrame:
-        """EVERY image (labelled or not), index image_id: the finding columns (NaN when blank or
-        unlabelled; left out with ``labels=False``) then ``DATASET_COLUMNS``:
-        patient_id, study_id (the data set's study id, else the StudyInstanceUID), view_group
-        ("frontal" / "lateral" / "" unknown; from the data set, else from ViewPosition),
-        view_position, sex, age (years, NaN unknown), split ("" none), dataset_path (the path
-        relative to the data-set root, else the file path). Strings are "" when unknown."""
-        with self._read() as conn:
-            frame = dataset_records.dataset_frame(conn, image_ids)
-        if labels:
-            frame = self._labels_table(frame.index.tolist()).reindex(frame.index).join(frame)
-        return frame
-
-    # ------------------------------------------------------------------ reports
-    def put_reports(self, reports: Mapping[str, tuple[str, str | None]]) -> dict[str, int]:
-        """Store study reports (study key -> (text, source)) in one transaction; how many were
-        "new", "changed" and "unchanged". The key is the data set's study id (MIMIC study_id,
-        CheXpert patient/study), else the StudyInstanceUID."""
-        with self._write() as conn:
-            counts = writes.put_reports(conn, reports)
-            if counts["new"] or counts["changed"]:
-                writes.bump_revision(conn)
-        return {name: counts.get(name, 0) for name in ("new", "changed", "unchanged")}
-
-    def report_for_image(self, image_id: int) -> str | None:
-        """The stored report of the image's study, or None."""
-        with self._read() as conn:
-            return dataset_records.report_for_image(conn, int(image_id))
-
-    def report_texts(self) -> list[tuple[str, str]]:
-        """Every stored report as (study key, text), ordered by key."""
-        with self._read() as conn:
-            return dataset_records.report_texts(conn)
-
-    def report_keys(self) -> dict[str, str]:
-        """Image names (data-set path, file path) and study ids -> the study key reports use."""
-        with self._read() as conn:
-            return dataset_records.report_keys(conn)
-
-    def _labels_table(self, image_ids: Sequence[int] | None) -> pd.DataFrame:
-        stmt = select(Label.image_id, Label.finding, Label.value)
-        with self._read() as conn:
-            rows = conn.execute(stmt).all()
-        frame = pd.DataFrame(rows, columns=["image_id", "finding", "value"])
-        frame["value"] = pd.to_numeric(frame["value"], errors="coerce").astype(float)
-        table = frame.pivot(index="image_id", columns="finding", values="value")
-        table = table.reindex(columns=list(FINDINGS)).astype(float)
-        table.columns.name = None
-        if image_ids is not None:
-            table = table[table.index.isin([int(i) for i in image_ids])]
-        return table.sort_index()
 
     def count_images(self) -> int:
         with self._read() as conn:

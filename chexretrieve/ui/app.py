@@ -208,5 +208,10 @@ def serve_app(config: UIConfig) -> None:
         def build() -> gr.Blocks:
             return build_app(*open_case_lookup(config, store, encoder), config)
 
-        app = wait_for_cases(config, store, encoder, build, launch_app)
+        def launch_waiting(page: gr.Blocks, *args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+            # the waiting page signs in as the case lookup will: same accounts, same route guard
+            page.case_lookup_access = open_access(config, store)
+            return launch_app(page, *args, **kwargs)
+
+        app = wait_for_cases(config, store, encoder, build, launch_waiting)
     launch_app(app, config, block=True)

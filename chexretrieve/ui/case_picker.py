@@ -18,6 +18,8 @@ from chexretrieve.ui.render import format_age, format_date, format_text, label_w
 
 #: label statuses offered by the picker's filter ("any" = no filter), as Store.find_cases names them
 STATUS_CHOICES = ("any", "positive", "negative", "uncertain", "blank", "unlabelled")
+#: and the order "rare cases first" (chexretrieve.ui.rare_cases), offered in the same dropdown
+PICKER_CHOICES = (*STATUS_CHOICES, "rare cases first")
 #: what each status means on screen
 STATUS_WORDS = {
     "positive": "positive",
@@ -25,6 +27,7 @@ STATUS_WORDS = {
     "uncertain": "uncertain",
     "blank": "not mentioned",
     "unlabelled": "no labels",
+    "rare cases first": "any, rarest first (lowest archive density)",
 }
 _WHOLE = re.compile(r"^\d+$")
 _NUMBER = re.compile(r"^[+-]?(\d+([.,]\d*)?|[.,]\d+)([eE][+-]?\d+)?$")

@@ -45,3 +45,17 @@ def density_banner_html(density) -> str:
         "<div class='cx-message cx-message-info' role='status' id='density-flag'>"
         f"{esc(text + stale)}</div>"
     )
+
+
+def result_concepts_html(service, image_id: int) -> str:
+    """A result's concept decomposition (its top components covering 90 % of its posterior,
+    each named by its dominant labels and nearest anchor sentence); empty without a density."""
+    provider = getattr(service, "density", None)
+    density = provider.held() if provider is not None else None
+    gallery = service.gallery if density is not None else None
+    if density is None or int(image_id) not in gallery:
+        return ""
+    row = gallery.embeddings[[gallery.row_of(int(image_id))]]
+    shares = provider.concepts(density, row)[0]
+    items = "".join(f"<li>{100 * s.posterior:.0f} % · {esc(s.name.text())}</li>" for s in shares)
+    return f"<p class='cx-sub'>Concepts (archive density)</p><ul class='cx-concepts'>{items}</ul>"

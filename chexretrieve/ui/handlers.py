@@ -31,7 +31,7 @@ from chexretrieve.ui.case_picker import (
     page_summary,
     parse_case_id,
 )
-from chexretrieve.ui.density_banner import density_banner_html
+from chexretrieve.ui.density_banner import density_banner_html, result_concepts_html
 from chexretrieve.ui.input_limits import (
     MAX_ANCHOR_KEY,
     MAX_DATE_TEXT,
@@ -42,6 +42,7 @@ from chexretrieve.ui.input_limits import (
     capped,
 )
 from chexretrieve.ui.radiology_reports import ReportTexts
+from chexretrieve.ui.rare_cases import RARE_FIRST, rare_case_rows
 from chexretrieve.ui.render import details_html, esc, explanation_html, placeholder
 from chexretrieve.ui.results_html import (
     ResultRow,
@@ -255,7 +256,11 @@ class CaseLookup(ArchiveThumbnails):
         page = max(0, min(int(page or 0), 10**9))
         gallery = self.gallery
         for _ in range(2):  # a page past the end (the archive shrank, a narrower filter): last one
-            if self.store is not None:
+            if status == RARE_FIRST:  # an order, not a label filter (chexretrieve.ui.rare_cases)
+                total, rows, _ = rare_case_rows(
+                    self.service, gallery, text, finding, page * size, size
+                )
+            elif self.store is not None:
                 found = self.store.find_cases(
                     text or None, finding if status else None, status, gallery.encoder_id,
                     offset=page * size, limit=size,
@@ -599,6 +604,7 @@ class CaseLookup(ArchiveThumbnails):
             + "<p class='cx-sub'>Labels</p>" + labels_html(self.labels_of(image_id), finding)
             + "<p class='cx-sub'>Report</p>"
             + report_html(self.report_texts.report_for(meta.get("source_path"), image_id))
+            + result_concepts_html(self.service, image_id)
         )  # fmt: skip
 
     @staticmethod

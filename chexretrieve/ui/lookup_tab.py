@@ -14,7 +14,7 @@ import gradio as gr
 
 from chexretrieve.findings import FINDINGS
 from chexretrieve.geometry import GEOMETRIES, geometry_name
-from chexretrieve.ui.case_picker import STATUS_CHOICES
+from chexretrieve.ui.case_picker import PICKER_CHOICES
 from chexretrieve.ui.compare import CompareViewer
 from chexretrieve.ui.config import UIConfig
 from chexretrieve.ui.events import PRIVATE, attempt, who
@@ -95,7 +95,7 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
                             min_width=120,
                         )
                         pick_status = gr.Dropdown(
-                            list(STATUS_CHOICES),
+                            list(PICKER_CHOICES),
                             value="any",
                             label="Label of the finding",
                             elem_id="pick-status",

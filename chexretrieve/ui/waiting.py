@@ -4,7 +4,8 @@ A fresh database (the container stack before its first ``ingest``) holds no embe
 encoder. Instead of exiting, ``serve`` serves a small page on the same address and login that
 names the store and the command to run, and polls the store; once the encoder's first embeddings
 are stored it builds the case-lookup app over them, stops the page and serves the app in its place.
-The page reloads itself every few seconds, so an open browser tab shows the app without a click.
+An open page asks the server every few seconds and reloads itself once the app is served, so a
+browser tab shows the case lookup without a click.
 """
 
 from __future__ import annotations
@@ -45,9 +46,27 @@ def build_waiting_page(message: str) -> gr.Blocks:
     return page
 
 
+#: the script in the waiting page's head: while the waiting notice is on screen (not on the
+#: login form, where a reload would clear what the user typed), ask the server for its app every
+#: few seconds and reload once it serves another one (its configuration lacks the notice) or asks
+#: for a login again (the new app's session); a server down for the swap is asked again later.
+RELOAD_SCRIPT = """<script>
+setInterval(function () {
+  if (!document.getElementById("cx-waiting")) { return; }
+  fetch(new URL("config", location.href), {credentials: "same-origin", cache: "no-store"})
+    .then(function (answer) {
+      if (!answer.ok) { location.reload(); return; }
+      return answer.text().then(function (text) {
+        if (text.indexOf("cx-waiting") < 0) { location.reload(); }
+      });
+    })
+    .catch(function () {});
+}, MILLISECONDS);
+</script>"""
+
+
 def _reload_script(seconds: int) -> str:
-    milliseconds = int(seconds) * 1000
-    return f"<script>setTimeout(function () {{ location.reload(); }}, {milliseconds});</script>"
+    return RELOAD_SCRIPT.replace("MILLISECONDS", str(int(seconds) * 1000))
 
 
 def wait_for_cases(
@@ -72,8 +91,17 @@ def wait_for_cases(
     print(f"waiting for cases: {message}", file=sys.stderr, flush=True)
     page = build_waiting_page(message)
     launch(page, config, block=False, head=_reload_script(PAGE_RELOAD_S))
+
+    def has_cases() -> bool:
+        try:
+            return archive_has_embeddings(store, encoder.encoder_id)
+        except Exception as exc:  # noqa: BLE001 - a database restart must not end the page
+            print(f"waiting for cases: the store did not answer ({exc}); retrying",
+                  file=sys.stderr, flush=True)  # fmt: skip
+            return False
+
     try:
-        while not archive_has_embeddings(store, encoder.encoder_id):
+        while not has_cases():
             if stop is not None and stop.wait(poll_s):
                 return None
             if stop is None:

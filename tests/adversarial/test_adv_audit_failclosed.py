@@ -228,3 +228,35 @@ def test_a_search_whose_audit_record_fails_is_not_shown(tmp_path, monkeypatch, c
     cases.check("search refused, trail intact", ok)
     store.close()
     assert ok
+
+
+@pytest.mark.parametrize("records_before", [0, 3])
+def test_a_writer_killed_between_a_record_and_its_head(tmp_path, cases, records_before):
+    """kill -9 after the line is on disk but before the head record is replaced: the next
+    writer adopts that whole, correctly signed record and goes on (seq continues)."""
+    key = tmp_path / "audit.key"
+    path = tmp_path / "trail.jsonl"
+    audit = AuditLog(path, key_path=key)
+    for i in range(records_before):
+        audit.view("dr.a", i, "1.2", what="details")
+    script = (
+        "import os, sys\n"
+        "import chexretrieve.audit.log as log\n"
+        "log.write_head = lambda *a, **k: os._exit(9)\n"
+        "log.AuditLog(sys.argv[1], key_path=sys.argv[2]).view('dr.k', 7, '1.2.7', what='details')\n"
+    )
+    killed = subprocess.run(
+        [sys.executable, "-c", script, str(path), str(key)], cwd=REPO, timeout=120
+    )
+    after_kill = len(path.read_bytes().splitlines())
+    AuditLog(path, key_path=key).view("dr.b", 8, "1.2.8", what="details")
+    seqs = _seqs(AuditLog(path, key_path=key))
+    checks = {
+        "the writer died with its record on disk": killed.returncode == 9
+        and after_kill == records_before + 1,
+        "the next writer continues": seqs == list(range(1, records_before + 3)),
+        "file verifies": verify_audit_file(path, key) == [],
+    }
+    for name, ok in checks.items():
+        cases.check(f"killed after {records_before} records: {name}", ok, str(seqs))
+    assert all(checks.values()), checks

@@ -5,6 +5,7 @@ Expected values are written out by hand from the fake files in dataset_fakes.py.
 
 from __future__ import annotations
 
+import gzip
 import math
 
 import pytest
@@ -19,6 +20,7 @@ from dataset_fakes import (
     write_chexpert,
     write_chexpert_valid_csv,
     write_dicom,
+    write_jpeg,
     write_mimic_dicom,
     write_mimic_jpg,
     write_mimic_label_files,
@@ -26,6 +28,7 @@ from dataset_fakes import (
 from typer.testing import CliRunner
 
 from chexretrieve.cli import app
+from chexretrieve.findings import FINDINGS
 from chexretrieve.store import open_store
 
 runner = CliRunner()
@@ -79,6 +82,10 @@ def test_chexpert_as_shipped(tmp_path, test_encoders):
     # the two views of one study are one study in the store
     with open_store(url) as store:
         images = store.images_frame().set_index("dataset_path")
+        labelled = store.labels_frame(metadata=True)
+    extra = ["patient_id", "study_id", "view_group", "view_position", "sex", "age", "split"]
+    assert list(labelled.columns) == [*FINDINGS, *extra, "dataset_path"]
+    assert len(labelled) == 6  # the image in no CSV has no labels row
     study2 = [f"{S}/train/patient00002/study2/{v}.jpg" for v in ("view1_frontal", "view2_lateral")]
     study = images.loc[study2, "study_uid"]
     assert study.nunique() == 1
@@ -87,6 +94,22 @@ def test_chexpert_as_shipped(tmp_path, test_encoders):
     unlisted = [p for p in frame.index if p.endswith("patient00004/study1/view1_frontal.jpg")]
     assert len(unlisted) == 1 and frame.loc[unlisted[0], "split"] == ""
     assert frame.loc[unlisted[0], "view_group"] == "" and frame.loc[unlisted[0], "patient_id"] == ""
+
+
+def test_chexpert_test_labels_file_gives_the_test_split(tmp_path, test_encoders):
+    root = write_chexpert(tmp_path)
+    write_jpeg(root / "test/patient64741/study1/view1_frontal.jpg", 77)
+    (root / "test_labels.csv").write_text(
+        "Path,Atelectasis,Cardiomegaly,Edema,Pleural Effusion\n"
+        "test/patient64741/study1/view1_frontal.jpg,0,1,0,1\n"
+    )
+    url = f"sqlite:///{tmp_path / 's.sqlite'}"
+    assert ingest(str(root), "--db", url).exit_code == 0
+    row = by_path(url).loc["test/patient64741/study1/view1_frontal.jpg"]
+    assert (row["split"], row["patient_id"], row["study_id"]) == (
+        "test", "patient64741", "patient64741/study1",
+    )  # fmt: skip
+    assert (row["Cardiomegaly"], row["Edema"], row["Pleural Effusion"]) == (1.0, 0.0, 1.0)
 
 
 def test_chexpert_valid_csv_added_later_fixes_split_and_labels_idempotently(
@@ -125,7 +148,7 @@ def test_mimic_cxr_jpg_as_shipped_with_gz_files_and_label_choice(tmp_path, test_
     result = ingest(str(root), "--db", url)
     assert result.exit_code == 0, result.output
     assert "data set: mimic-cxr-jpg" in result.output
-    assert "1 studies have no row in mimic-cxr-2.0.0-chexpert.csv.gz" in result.output
+    assert "1 study has no row in mimic-cxr-2.0.0-chexpert.csv.gz" in result.output
     frame = by_path(url)
     path = {d: f"files/p10/p{s}/s{t}/{d}.jpg" for d, s, t in [
         (D1, "10000032", "50414267"), (D2, "10000032", "50414267"),
@@ -244,3 +267,37 @@ def test_labels_file_for_the_other_labeller_only_is_refused(tmp_path, test_encod
     result = ingest(str(root), "--db", f"sqlite:///{tmp_path / 's.sqlite'}")
     assert result.exit_code == 2
     assert "asks for mimic-cxr-2.0.0-chexpert.csv[.gz] but only" in result.output
+
+
+def test_mimic_iv_patients_file_gives_sex_and_age(tmp_path, test_encoders):
+    root = write_mimic_jpg(tmp_path / "mimic-cxr-jpg" / "2.0.0")
+    patients = tmp_path / "patients.csv.gz"
+    patients.write_bytes(
+        gzip.compress(
+            b"subject_id,gender,anchor_age,anchor_year,anchor_year_group,dod\n"
+            b"10000032,F,52,2180,2014 - 2016,2180-09-09\n"
+            b"10000764,M,86,2132,2014 - 2016,\n"
+        )
+    )
+    url = f"sqlite:///{tmp_path / 's.sqlite'}"
+    result = ingest(str(root), "--db", url, "--labels", str(patients))
+    assert result.exit_code == 0, result.output
+    frame = by_path(url)
+    d1 = f"files/p10/p10000032/s50414267/{D1}.jpg"
+    d4 = f"files/p10/p10000764/s57375967/{D4}.jpg"
+    d5 = f"files/p10/p10000898/s50771383/{D5}.jpg"
+    assert (frame.loc[d1, "sex"], frame.loc[d1, "age"]) == ("F", 52.0)
+    assert (frame.loc[d4, "sex"], frame.loc[d4, "age"]) == ("M", 86.0)
+    assert frame.loc[d5, "sex"] == "" and math.isnan(frame.loc[d5, "age"])  # not in the file
+
+
+def test_a_part_of_a_data_set_is_ingested_with_the_root_found_above_it(tmp_path, test_encoders):
+    root = write_mimic_jpg(tmp_path / "mimic-cxr-jpg" / "2.0.0")
+    url = f"sqlite:///{tmp_path / 's.sqlite'}"
+    part = root / "files" / "p10" / "p10000764"
+    result = ingest(str(part), "--db", url)
+    assert result.exit_code == 0, result.output
+    assert f"data set: mimic-cxr-jpg at {root}" in " ".join(result.output.split())
+    frame = by_path(url)
+    assert list(frame.index) == [f"files/p10/p10000764/s57375967/{D4}.jpg"]
+    assert frame.iloc[0]["split"] == "test" and frame.iloc[0]["Edema"] == 1.0

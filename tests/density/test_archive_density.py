@@ -135,10 +135,25 @@ def test_small_drift_uses_the_old_fit_and_says_so_large_drift_refits(tmp_path):
     assert "chexretrieve density fit" in out.note
     much = _gallery(n_a=150, n_b=200)  # 110 images added: 46 % moved
     store.revision = 9
+    meanwhile = provider.assess(gallery.embeddings[0], much)  # never waits for the refit
+    assert meanwhile.stale and meanwhile.revision == 7
+    assert "over the 10 % refit threshold" in meanwhile.note and "background" in meanwhile.note
+    provider.wait_for_background_fit(timeout=120)
     refit = provider.assess(gallery.embeddings[0], much)
     assert not refit.stale and refit.revision == 9 and refit.n_images == 350
     kept = [r for r, _ in saved_revisions(tmp_path / "density", store.label, "fake:1")]
     assert kept == [9, 7]
+
+
+def test_one_shot_commands_refit_during_the_call(tmp_path):
+    from chexretrieve.density.config import FIT_NOW
+
+    store = FakeStore()
+    provider = _provider(tmp_path, store=store, background_fit_above=FIT_NOW)
+    provider.assess(CENTRES[0], _gallery())
+    store.revision = 8
+    refit = provider.assess(CENTRES[0], _gallery(n_a=150, n_b=200))
+    assert not refit.stale and refit.revision == 8
 
 
 def test_no_fit_and_fit_on_search_off_says_what_to_run(tmp_path):
@@ -217,3 +232,88 @@ def test_search_result_json_and_audit_carry_the_flag(tmp_path):
     records = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
     assert [r["density"]["ood"] for r in records] == [True, False]
     assert records[0]["density"]["percentile"] == 0.0
+
+
+def test_the_case_pickers_rare_cases_first_order(tmp_path):
+    from chexretrieve.ui.handlers import CaseLookup
+    from chexretrieve.ui.rare_cases import RARE_FIRST
+
+    odd = _unit(np.eye(D)[7:10] + 0.3)
+    gallery = _gallery(rare=[odd])
+    service = SearchService(
+        lambda: gallery,
+        FakeAnchors(),
+        encoder=_Encoder(),
+        config=SearchConfig(feature_cache_dir=tmp_path / "features"),
+        density=_provider(tmp_path),
+    )
+    lookup = CaseLookup(service, thumbnail_px=32, case_page_size=3)
+    first = lookup.case_page(finding="Cardiomegaly", status=RARE_FIRST)
+    assert {i for _, i in first.choices} == set(gallery.image_ids[-3:].tolist())
+    assert first.total == len(gallery) and "rarest first" in first.summary
+    density = service.density.held()
+    assert [i for _, i in first.choices] == density.rarity_order()[:3].tolist()
+    second = lookup.case_page(finding="Cardiomegaly", status=RARE_FIRST, page=1)
+    assert [i for _, i in second.choices] == density.rarity_order()[3:6].tolist()
+    details = lookup.result_details(5, finding="Cardiomegaly")
+    assert "Concepts (archive density)" in details and "Cardiomegaly" in details
+    narrowed = lookup.case_page(text="24", finding="Cardiomegaly", status=RARE_FIRST)
+    assert {i for _, i in narrowed.choices} <= {24, 240, 241, 242, 243}
+    off = CaseLookup(
+        SearchService(lambda: gallery, FakeAnchors(), encoder=_Encoder(),
+                      config=SearchConfig(feature_cache_dir=tmp_path / "f2")),
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="needs the archive density"):
+        off.case_page(status=RARE_FIRST)
+
+
+def test_a_large_archive_is_fitted_on_a_seeded_sample_and_every_image_scored(tmp_path):
+    gallery = _gallery()
+    sampled = _provider(tmp_path / "a", fit_sample=60).fit(gallery)
+    again = _provider(tmp_path / "b", fit_sample=60).fit(gallery)
+    full = _provider(tmp_path / "c").fit(gallery)
+    assert sampled.n_images == len(gallery) and sampled.log_density.shape == (len(gallery),)
+    assert len(sampled.reference) == 12  # the held-out 20 % of the 60-image sample
+    np.testing.assert_array_equal(sampled.model.directions, again.model.directions)
+    assert len(full.reference) == 48
+
+
+def test_a_large_archive_is_fitted_in_the_background_and_says_so_meanwhile(tmp_path):
+    gallery = _gallery()
+    provider = _provider(tmp_path, background_fit_above=100)
+    first = provider.assess(gallery.embeddings[0], gallery)
+    assert isinstance(first, DensityUnavailable) and "being fitted in the background" in first.note
+    provider.wait_for_background_fit(timeout=120)
+    later = provider.assess(gallery.embeddings[0], gallery)
+    assert isinstance(later, QueryDensity) and not later.ood and not later.stale
+
+
+def test_an_unwritable_cache_never_breaks_a_search(tmp_path):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the cache folder should be")
+    config = DensityConfig(cache_dir=blocker / "density")
+    provider = ArchiveDensityProvider(FakeStore(), "fake:1", config, FakeAnchors())
+    gallery = _gallery()
+    out = provider.assess(gallery.embeddings[0], gallery)
+    assert isinstance(out, QueryDensity) and not out.ood
+    assert "could not be saved" in out.note and "memory only" in out.note
+    again = provider.assess(gallery.embeddings[1], gallery)  # held in memory: no refit
+    assert again.revision == out.revision
+
+
+def test_a_failed_background_fit_is_reported_not_retried_on_every_search(tmp_path, monkeypatch):
+    gallery = _gallery()
+    provider = _provider(tmp_path, background_fit_above=100)
+    calls = []
+
+    def broken(g):
+        calls.append(1)
+        raise MemoryError("no memory for the responsibilities")
+
+    monkeypatch.setattr(provider, "fit", broken)
+    provider.assess(CENTRES[0], gallery)
+    provider.wait_for_background_fit(timeout=60)
+    out = provider.assess(CENTRES[0], gallery)
+    again = provider.assess(CENTRES[0], gallery)
+    assert isinstance(out, DensityUnavailable) and "MemoryError" in out.note
+    assert "chexretrieve density fit" in again.note and calls == [1]

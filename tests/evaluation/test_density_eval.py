@@ -93,10 +93,11 @@ def test_tables_and_claims_on_a_world_with_known_structure(tmp_path):
     sets = _world(tmp_path)
     models = fit_models(sets.archive, (1, 2, 3, 4, 6), seed=0)
     assert models.movmf.n_components in (3, 4)
-    ood, flags = ood_tables(sets, models)
+    ood, flags, by_kind = ood_tables(sets, models)
     top = ood.set_index(["model", "OOD group"])
     assert top.loc[("movmf", "all OOD"), "AUROC"] == pytest.approx(1.0)
     assert flags.loc["movmf", "far flagged"] == 1.0
+    assert (by_kind["movmf"] == 1.0).all() and (by_kind["n"] == 1).all() and len(by_kind) == 30
     assert flags.loc["movmf", "held-out phantoms flagged"] <= 0.05
     parts = decomposition_table(sets, models, 0)
     assert parts.loc["movmf top component", "finding purity"] > 0.99

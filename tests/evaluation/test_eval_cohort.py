@@ -138,3 +138,16 @@ def test_the_tables_resample_patients_and_one_patient_gets_no_interval():
     row = image_level.set_index(["finding", "geometry"]).loc[("Pleural Effusion", "softmax")]
     assert row["n_patients"] == len(queries)  # each image its own cluster
     assert (row["low"], row["high"]) != (effusion["low"], effusion["high"])
+
+
+def test_a_split_that_is_not_there_is_named_with_the_ones_that_are():
+    archive = _store_like(["a", "b", "c"], ["train", "train", "validate"], ["frontal"] * 3)
+    with pytest.raises(ValueError) as caught:
+        select_cohort(archive, ProtocolConfig(query_split="test"))
+    assert str(caught.value) == (
+        "no image is in the query split 'test'; the splits here are: train (2 images), validate "
+        "(1 image). Choose another with --query-split"
+    )
+    assert select_cohort(archive, ProtocolConfig(query_split="validate")).usable.all()
+    with pytest.raises(ValueError, match="no image is in the key split 'training'"):
+        select_cohort(archive, ProtocolConfig(query_split="validate", key_split="training"))

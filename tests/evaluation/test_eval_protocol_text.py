@@ -124,7 +124,10 @@ def test_the_report_folder_lists_queries_and_keys_by_data_set_path(tmp_path):
     md = (tmp_path / "report.md").read_text()
     assert "Protocol: Queries: images of the `valid` split" in md
     # Cardiomegaly has 9 frontal queries, below min_queries = 10: listed, not scored
-    assert "## Skipped\n\nCardiomegaly: 9 queries in the query split" in md
+    assert (
+        "## Skipped\n\nCardiomegaly: 9 queries in the query split, fewer than min_queries = 10"
+        in md
+    )
 
 
 def test_nothing_evaluated_is_an_error_naming_the_reasons():

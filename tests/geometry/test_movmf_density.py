@@ -211,3 +211,14 @@ def test_knn_score_matches_a_loop_and_leaves_each_archive_image_out():
         assert value == pytest.approx(sum(cosines[-3:]) / 3)
     with pytest.raises(ValueError, match="at least 4"):
         KnnCosineScore(archive[:3], k=3)
+
+
+def test_row_logsumexp_matches_scipy_including_minus_infinity():
+    from scipy.special import logsumexp
+
+    from chexretrieve.geometry.movmf_density import logsumexp_rows
+
+    rng = np.random.default_rng(10)
+    values = rng.normal(scale=300.0, size=(7, 64))
+    values[0, :5] = -np.inf
+    np.testing.assert_allclose(logsumexp_rows(values), logsumexp(values, axis=1), rtol=1e-12)

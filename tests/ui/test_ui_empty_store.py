@@ -188,3 +188,38 @@ def test_the_app_built_after_the_wait_searches_the_ingested_cases(tmp_path, monk
     assert len(hits.image_ids) == 5 and ids[0] not in hits.image_ids
     assert set(hits.image_ids) <= set(ids)
     assert json.loads((tmp_path / "audit.jsonl").read_text().splitlines()[-1])["action"] == "search"
+
+
+def test_the_wait_survives_a_store_that_does_not_answer_for_a_while(capsys):
+    from chexretrieve.ui.config import UIConfig
+    from chexretrieve.ui.waiting import wait_for_cases
+
+    class FlakyStore:
+        """No answer twice (a database restarting), then no cases, then cases."""
+
+        label = "postgresql+psycopg://chex:***@postgres:5432/chexretrieve"
+
+        def __init__(self):
+            self.answers = iter([OSError("server closed the connection"), OSError("refused"), 0, 3])
+
+        def encoder(self, encoder_id):
+            return object()
+
+        def count_embeddings(self, encoder_id):
+            answer = next(self.answers)
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
+
+    class Encoder:
+        encoder_id = "stand-in:0:32"
+
+    launched = []
+    app = wait_for_cases(
+        UIConfig(encoder=ENCODER), FlakyStore(), Encoder(), lambda: "the case lookup",
+        lambda page, config, block, head: launched.append((block, head)), poll_s=0.01,
+    )  # fmt: skip
+    assert app == "the case lookup"
+    assert launched == [(False, launched[0][1])] and "location.reload" in launched[0][1]
+    err = capsys.readouterr().err
+    assert err.count("the store did not answer") == 2 and "serving the case lookup" in err

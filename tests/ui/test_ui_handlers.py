@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from ui_fakes import SENTENCES, make_service, write_png
+from ui_fakes import SENTENCES, D, make_service, write_png
 
 from chexretrieve.search.explain import AnchorTerm, Explanation
 from chexretrieve.search.gallery import SearchFilters
@@ -441,3 +441,28 @@ def test_the_explanation_says_which_sentences_deny_the_finding():
     html = explanation_html(explanation, "case 5", 2, FINDING, "k@1")
     assert html.count("<span class='cx-label cx-negative'>finding absent</span>") == 1
     assert html.count("<span class='cx-label cx-positive'>finding present</span>") == 2
+
+
+def test_posterior_latent_geometries_are_not_cosine_and_a_cosine_twin_is_refused(lookup):
+    """Issue 24 defect 1: the posterior latent geometries ranked exactly as cosine (k = d). With
+    k by the 95%-variance rule they rank differently; an anchor set whose rule lands on k = d is
+    refused with a message (the page shows a ValueError's text) instead of a cosine ranking."""
+    from chexretrieve.geometry import CosineEquivalentGeometryError
+    from chexretrieve.search.service import AnchorSetRef
+
+    query = lookup.load_case(7)
+    cosine = lookup.search(query, SearchSettings(FINDING, "cosine"))
+    for geometry in ("latent_gaussian_posterior", "latent_spherical_posterior"):
+        assert lookup.search(query, SearchSettings(FINDING, geometry)).image_ids != (
+            cosine.image_ids
+        )
+    anchors = lookup.service.anchors
+    isotropic = np.vstack([np.eye(D), -np.eye(D)])
+    anchors.anchor_set = lambda finding, key: AnchorSetRef(
+        key="iso@1",
+        content_hash="iso",
+        sentences=tuple(f"sentence {i}" for i in range(2 * D)),
+        embeddings=isotropic,
+    )
+    with pytest.raises(CosineEquivalentGeometryError, match="ranks exactly as cosine"):
+        lookup.search(query, SearchSettings(FINDING, "latent_spherical_posterior"))
