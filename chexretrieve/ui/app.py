@@ -13,6 +13,7 @@ import os
 
 import gradio as gr
 
+from chexretrieve.accounts.config import AccessConfig
 from chexretrieve.ui.access import AccessControl, AccessGuard
 from chexretrieve.ui.account_bar import build_account_bar
 from chexretrieve.ui.config import UIConfig
@@ -105,6 +106,17 @@ def open_access(config: UIConfig, store) -> AccessControl:  # noqa: ANN001
     return AccessControl(config.sign_in, book, config.access)
 
 
+def sign_in_message(access: AccessConfig) -> str:
+    """The login form's text: what a wait after failed attempts looks like (Gradio's form shows
+    nothing for a throttled attempt, which the server answers 429)."""
+    return (
+        f"chexretrieve case lookup: sign in with your own account. After "
+        f"{access.user_free_failures} failed attempts each further one waits "
+        f"{access.first_delay_s:g} s, then twice as long (up to {access.max_delay_s / 60:g} min); "
+        "while it waits the form does nothing."
+    )
+
+
 def check_sign_in(config: UIConfig) -> None:
     """ValueError before anything is loaded when the sign-in of ``config`` has no account."""
     if config.sign_in == "none":
@@ -170,7 +182,7 @@ def launch_app(app: gr.Blocks, config: UIConfig, block: bool = True, head: str |
             # only Gradio's probe of its own local URL at launch: a hospital CA's certificate is
             # often not in the system's trust store (clients verify the certificate as usual)
             ssl_verify=False,
-            auth_message="chexretrieve case lookup: sign in",
+            auth_message=sign_in_message(access.config),
             max_file_size=f"{config.max_upload_mb}mb",
             allowed_paths=None,
             prevent_thread_lock=not block,
