@@ -51,6 +51,9 @@ _ALLOWED = re.compile(
 )
 #: largest login form read (a name and a password)
 _LOGIN_BODY_MAX = 16_384
+#: largest body of any other request but an upload (an event with its texts: the UI's own caps
+#: are far below; beyond this the body is not read at all and the answer is 413)
+EVENT_BODY_MAX = 16 * 1024 * 1024
 
 
 def route_allowed(path: str) -> bool:
@@ -189,6 +192,11 @@ class AccessGuard:
             if path.rstrip("/") == "/login" and scope.get("method") == "POST":
                 await self._login(scope, receive, send, self._client_of(scope, peer))
                 return
+        if not path.startswith("/gradio_api/upload"):  # uploads: Gradio's own --max-upload-mb
+            if _declared_length(scope) > EVENT_BODY_MAX:
+                await _answer(send, 413, b"request body too large")
+                return
+            receive = _capped_receive(receive, EVENT_BODY_MAX)
         await self.app(scope, receive, send)
 
     def _client_of(self, scope, peer: str | None) -> str | None:  # noqa: ANN001
@@ -268,6 +276,33 @@ class AccessGuard:
         elif status.get("code") == 400:
             waits = throttle.failed(user, peer)
             log.warning("failed sign-in for %r from %s (next wait %.0f s)", user, peer, waits)
+
+
+def _declared_length(scope) -> int:  # noqa: ANN001
+    for name, value in scope.get("headers", []):
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return EVENT_BODY_MAX + 1
+    return 0
+
+
+def _capped_receive(receive, limit: int):  # noqa: ANN001, ANN202
+    """``receive`` that ends the request (a disconnect) once its body passes ``limit`` bytes (a
+    chunked body declares no length)."""
+    seen = 0
+
+    async def capped():  # noqa: ANN202
+        nonlocal seen
+        message = await receive()
+        if message.get("type") == "http.request":
+            seen += len(message.get("body", b""))
+            if seen > limit:
+                return {"type": "http.disconnect"}
+        return message
+
+    return capped
 
 
 def _cookies(scope) -> dict[str, str]:  # noqa: ANN001
