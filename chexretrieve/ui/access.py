@@ -185,8 +185,13 @@ class AccessGuard:
         startup = path == "/gradio_api/startup-events"  # Gradio's own launch check (no data)
         if access.mode == "header" and not startup and not access.config.is_trusted_proxy(peer):
             # 401 (not 403): no sign-in came through the proxy (Gradio's launch probe accepts it)
-            await _answer(send, 401, b"this server answers only its sign-in proxy")
+            await _answer(send, 401, b"this server answers only its sign-in proxy", _TEXT)
             return
+        if access.mode == "header" and not startup:
+            refusal = self._header_refusal(scope)
+            if refusal:  # 401: Gradio's own launch probe (no header) accepts that answer
+                await _answer(send, 401, refusal.encode("utf-8"), _TEXT)
+                return
         if access.mode == "accounts":
             self._end_expired_session(scope)
             if path.rstrip("/") == "/login" and scope.get("method") == "POST":
@@ -198,6 +203,22 @@ class AccessGuard:
                 return
             receive = _capped_receive(receive, EVENT_BODY_MAX)
         await self.app(scope, receive, send)
+
+    def _header_refusal(self, scope) -> str | None:  # noqa: ANN001
+        """Why a request through the proxy names no user who may enter (None: it does)."""
+        wanted = self.access.config.trusted_header.lower().encode("latin-1")
+        names = [v for k, v in scope.get("headers", []) if k == wanted]
+        name = names[0].decode("utf-8", "replace").strip() if len(names) == 1 else ""
+        if len(names) > 1:
+            return f"the sign-in proxy sent {self.access.config.trusted_header} more than once"
+        if not name:
+            return f"the sign-in proxy named no user ({self.access.config.trusted_header})"
+        if self.access.book.active_role(name) is None:
+            return (
+                f"{name[:64]} has no enabled chexretrieve account: ask an administrator to add "
+                "it (chexretrieve users add NAME --role radiologist --sso-only)"
+            )
+        return None
 
     def _client_of(self, scope, peer: str | None) -> str | None:  # noqa: ANN001
         """The address sign-ins are counted under: the peer, or behind a trusted proxy
@@ -313,6 +334,10 @@ def _cookies(scope) -> dict[str, str]:  # noqa: ANN001
                 key, _, val = part.strip().partition("=")
                 found.setdefault(key, val)
     return found
+
+
+#: headers of a plain-text refusal (never rendered as HTML: it may quote a header's value)
+_TEXT = [(b"content-type", b"text/plain; charset=utf-8"), (b"x-content-type-options", b"nosniff")]
 
 
 async def _answer(send, status: int, body: bytes, headers=()) -> None:  # noqa: ANN001

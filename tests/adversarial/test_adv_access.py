@@ -255,6 +255,8 @@ def test_the_sso_header_is_believed_only_from_the_proxy(world, cases, trusted):
                                                 "X-Forwarded-For": "10.254.0.1"})  # fmt: skip
         if trusted:
             ok = (named.status_code, unknown.status_code, bare.status_code) == (200, 401, 401)
+            ok = ok and "mallory has no enabled chexretrieve account" in unknown.text
+            ok = ok and unknown.headers["content-type"].startswith("text/plain")
         else:
             ok = {named.status_code, unknown.status_code, bare.status_code,
                   posing.status_code} == {401}  # fmt: skip
