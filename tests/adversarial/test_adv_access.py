@@ -257,6 +257,16 @@ def test_the_sso_header_is_believed_only_from_the_proxy(world, cases, trusted):
             ok = (named.status_code, unknown.status_code, bare.status_code) == (200, 401, 401)
             ok = ok and "mallory has no enabled chexretrieve account" in unknown.text
             ok = ok and unknown.headers["content-type"].startswith("text/plain")
+            # the proxy's user is the audit's user and the page's
+            session.headers["X-Remote-User"] = "adm"
+            status, _ = srv.call(session, srv.fn_index(session, "load-case", "click"),
+                                 ["4", "Pleural Effusion"])  # fmt: skip
+            audited = [json.loads(line) for line in world["audit"].read_text().splitlines()]
+            ok = (
+                ok
+                and status == 200
+                and any(r["user"] == "adm" and r.get("image") == 4 for r in audited)
+            )
         else:
             ok = {named.status_code, unknown.status_code, bare.status_code,
                   posing.status_code} == {401}  # fmt: skip
