@@ -4,6 +4,9 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.chexretrieve-installed
+# the OHIF Viewer `serve` hosts under /viewer (npm @ohif/app, pinned; never fetched at run time)
+OHIF_VERSION := 3.13.2
+OHIF_DIR := $(VENV)/ohif/$(OHIF_VERSION)
 
 .PHONY: setup demo test lint format adversarial docs containers-test
 
@@ -22,7 +25,11 @@ $(STAMP): pyproject.toml Makefile
 	@touch $(STAMP)
 	@echo "setup complete: the command line is $(VENV)/bin/chexretrieve"
 
-setup: $(STAMP)
+$(OHIF_DIR)/dist/index.html: | $(STAMP)
+	@echo "setup: installing the OHIF Viewer $(OHIF_VERSION) (npm pack @ohif/app@$(OHIF_VERSION), about 50 MB, SHA-1 checked) into $(OHIF_DIR)"
+	$(PY) -m chexretrieve.viewer_web.install --into $(OHIF_DIR)
+
+setup: $(STAMP) $(OHIF_DIR)/dist/index.html
 
 demo: setup
 	$(PY) -m chexretrieve demo $(if $(PORT),--port $(PORT))

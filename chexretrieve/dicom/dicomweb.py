@@ -120,9 +120,42 @@ def _web_instance(path: Path, config: ReadConfig, notes: list[str], deidentify: 
     # LUT function") and would show nothing
     if (metadata.get("00281056", {}).get("Value") or [None])[0] == "LINEAR":
         del metadata["00281056"]
+    # a spacing of zero or less (RG1 has 0\\0) is no spacing: OHIF would divide by it and place
+    # the image nowhere; without it, it measures in pixels
+    for tag in ("00280030", "00181164"):  # Pixel Spacing, Imager Pixel Spacing
+        spacing = metadata.get(tag, {}).get("Value") or []
+        if tag in metadata and not (len(spacing) == 2 and all(_positive(v) for v in spacing)):
+            del metadata[tag]
     if deidentify:
         metadata = deidentify_json(metadata)
     return WebInstance(metadata, frame, study, series, sop)
+
+
+def thumbnail_jpeg(
+    path: str | Path, max_side: int = 128, config: ReadConfig | None = None
+) -> bytes:
+    """A JPEG of the file under its own default window (inverted when its low values show
+    white), longer side at most ``max_side``: WADO-RS's ``thumbnail``."""
+    import io
+
+    from PIL import Image
+
+    from chexretrieve.dicom.viewing import linear_window, read_pixel_values
+
+    values = read_pixel_values(path, config, max_side * 4)
+    grey = linear_window(values.values, values.default_center, values.default_width, values.invert)
+    image = Image.fromarray(grey)
+    image.thumbnail((max_side, max_side), Image.LANCZOS)
+    out = io.BytesIO()
+    image.save(out, format="JPEG", quality=85)
+    return out.getvalue()
+
+
+def _positive(value) -> bool:
+    try:
+        return float(value) > 0
+    except (TypeError, ValueError):
+        return False
 
 
 def _keyword_tags() -> tuple[frozenset[str], frozenset[str]]:

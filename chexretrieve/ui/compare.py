@@ -130,6 +130,20 @@ class CompareViewer:
         typed = windows_for(windows, None if image_id is None else int(image_id))
         return compare_html(self.query_side(query), result, typed, preset, full)
 
+    def _ohif_link(self, query: QueryImage, image_id: int, meta: dict, user: str | None) -> str:
+        """The pair in the OHIF viewer (a new tab), when the viewer is installed."""
+        if self.lookup.viewer_links is None or not meta.get("study_uid"):
+            return ""
+        query_study = None
+        if query.case_id is not None:
+            query_study = self.lookup._metadata(query.case_id).get("study_uid")
+        link = self.lookup.viewer_links(user, query_study, [(image_id, meta["study_uid"])])
+        return (
+            f"<p class='cx-sub'><a class='cx-ohif' href='{esc(link[image_id])}' target='_blank' "
+            "rel='noopener'>Open this pair in the OHIF viewer</a> (each image its own window, "
+            "all of OHIF's tools)</p>"
+        )
+
     def open(
         self,
         query: QueryImage | None,
@@ -168,6 +182,7 @@ class CompareViewer:
         )  # fmt: skip
         explanation = self.lookup.explain(query, settings, image_id)
         details = (
+            f"{self._ohif_link(query, image_id, meta, user)}"
             f"<div class='cx-sides'>{query_html}{result_html}</div>"
             f"<div class='cx-viewer-explanation'>{explanation}</div>"
         )

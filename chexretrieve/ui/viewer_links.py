@@ -59,15 +59,23 @@ def signed_in_user(blocks, request, access=None) -> str | None:  # noqa: ANN001
     return gradio_user(blocks, request)
 
 
+_STUDIES_CACHE: dict[str, object] = {}
+
+
 def archive_studies(lookup):  # noqa: ANN001
-    """{study uid: [(image id, file path)]} of the archive as the search service holds it."""
+    """{study uid: [(image id, file path)]} of the archive as the search service holds it (built
+    once per gallery version: the gallery's metadata object and its length)."""
     meta = lookup.gallery.metadata
+    key = (id(meta), len(meta))
+    if _STUDIES_CACHE.get("key") == key:
+        return _STUDIES_CACHE["studies"]
     found: dict[str, list[tuple[int, str]]] = {}
     for image_id, study, path in zip(
         meta.index, meta["study_uid"], meta["source_path"], strict=True
     ):
         if isinstance(study, str) and study and isinstance(path, str) and path:
             found.setdefault(study, []).append((int(image_id), path))
+    _STUDIES_CACHE.update(key=key, studies=found)
     return found
 
 
@@ -89,9 +97,10 @@ def links_maker(access: ViewerAccess):
     return make
 
 
-def viewer_middleware(blocks, lookup, config: UIConfig, access=None) -> Middleware | None:  # noqa: ANN001
+def viewer_middleware(blocks, lookup, config: UIConfig, sign_in=None) -> Middleware | None:  # noqa: ANN001
     """The gate for ``launch_app`` (None when no OHIF is installed and none was asked for);
-    ``access``: the server's ``chexretrieve.ui.access.AccessControl`` (who is signed in, roles)."""
+    ``sign_in``: the server's ``chexretrieve.ui.access.AccessControl`` (who is signed in, their
+    role); None = no sign-in."""
     try:
         dist = find_ohif(config.ohif_dir)
     except FileNotFoundError as exc:
@@ -108,7 +117,7 @@ def viewer_middleware(blocks, lookup, config: UIConfig, access=None) -> Middlewa
     site = OhifSite(dist, config.dicomweb_url)
     lookup.viewer_links = links_maker(access)
     return Middleware(
-        ViewerGate, user_of=lambda request: signed_in_user(blocks, request, access),
-        phi_of=lambda user: user_sees_phi(user, access),
+        ViewerGate, user_of=lambda request: signed_in_user(blocks, request, sign_in),
+        phi_of=lambda user: user_sees_phi(user, sign_in),
         site=site, endpoint=endpoint, access=access,
     )  # fmt: skip

@@ -47,7 +47,7 @@ def may_see_phi(user: str | None, role: str | None = None, accounts: bool = Fals
 class _Entry:
     user: str
     studies: set[str]
-    created: float = field(default_factory=time.monotonic)
+    created: float = field(default_factory=lambda: time.monotonic())
 
 
 class ViewerAccess:

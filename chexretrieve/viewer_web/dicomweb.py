@@ -2,11 +2,13 @@
 
 Routes under ``/dicomweb`` (PS3.18; GET only, JSON as ``application/dicom+json``):
 
-- QIDO-RS ``/studies`` (``StudyInstanceUID`` filter), ``/studies/{study}/series``,
+- QIDO-RS ``/studies`` (``StudyInstanceUID`` and ``PatientID`` filters, other keys ignored),
+  ``/studies/{study}/series``,
   ``/studies/{study}/series/{series}/instances``;
 - WADO-RS ``/studies/{study}/metadata``, ``/studies/{study}/series/{series}/metadata``,
   ``.../instances/{sop}/metadata`` and ``.../instances/{sop}/frames/1`` (multipart/related,
-  one ``application/octet-stream`` part in Explicit VR Little Endian).
+  one ``application/octet-stream`` part in Explicit VR Little Endian) and ``thumbnail`` (a
+  JPEG under the image's own window; also at series and study level).
 
 A study is answered only when it is in the caller's viewer session (``ViewerAccess``: studies
 the user reached through a search); anything else is 404, as if it did not exist. Every
@@ -24,10 +26,16 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from chexretrieve.dicom.dicomweb import FRAME_TRANSFER_SYNTAX, WebInstance, web_instance
+from chexretrieve.dicom.dicomweb import (
+    FRAME_TRANSFER_SYNTAX,
+    WebInstance,
+    thumbnail_jpeg,
+    web_instance,
+)
 from chexretrieve.viewer_web.access import SESSION_COOKIE, ViewerAccess
 
 DICOM_JSON = "application/dicom+json"
@@ -43,6 +51,9 @@ _ROUTES = [
     ("series_metadata", re.compile(rf"^{_SERIES}/metadata/?$")),
     ("instance_metadata", re.compile(rf"^{_INSTANCE}/metadata/?$")),
     ("frames", re.compile(rf"^{_INSTANCE}/frames/(?P<frames>[0-9,]{{1,32}})/?$")),
+    ("thumbnail", re.compile(rf"^{_INSTANCE}/thumbnail/?$")),
+    ("thumbnail", re.compile(rf"^{_SERIES}/thumbnail/?$")),
+    ("thumbnail", re.compile(rf"^{_STUDY}/thumbnail/?$")),
 ]
 _STUDY_KEYS = ("00080020", "00080030", "00080050", "00081030", "00100010", "00100020",
                "00100030", "00100040", "00101010", "0020000D", "00200010")  # fmt: skip
@@ -70,7 +81,7 @@ class DicomWebEndpoint:
         access: ViewerAccess,
         audit=None,
         read_config=None,
-        cache_entries: int = 32,
+        cache_entries: int = 16,
     ):
         self.studies = studies
         self.access = access
@@ -119,10 +130,13 @@ class DicomWebEndpoint:
         for name, pattern in _ROUTES:
             match = pattern.match(path)
             if match:
-                try:
-                    return getattr(self, "_" + name)(request, caller, **match.groupdict())
+                answer = getattr(self, "_" + name)
+                try:  # file reads and decoding off the server's event loop
+                    return await run_in_threadpool(answer, request, caller, **match.groupdict())
                 except LookupError:
                     return Response("not found", status_code=404, media_type="text/plain")
+                except ValueError as exc:  # the audit trail cannot be written: nothing is sent
+                    return Response(str(exc), status_code=503, media_type="text/plain")
         return Response("not found", status_code=404, media_type="text/plain")
 
     def _studies(self, request: Request, caller: Caller) -> Response:
@@ -130,6 +144,7 @@ class DicomWebEndpoint:
         for value in request.query_params.getlist("StudyInstanceUID"):
             wanted |= {v.strip() for v in value.replace("\\", ",").split(",") if v.strip()}
         allowed = self.access.studies_of(caller.session, caller.user)
+        patient = request.query_params.get("PatientID") or request.query_params.get("00100020")
         answers = []
         for study in sorted(allowed & wanted if wanted else allowed):
             try:
@@ -137,6 +152,8 @@ class DicomWebEndpoint:
             except LookupError:
                 continue
             first = instances[0][1].metadata
+            if patient and _value(first, "00100020") != patient:
+                continue  # OHIF asks for a patient's other studies (priors) by PatientID
             row = {k: first[k] for k in _STUDY_KEYS if k in first}
             modalities = sorted({_value(i.metadata, "00080060") for _, i in instances} - {None})
             row["00080061"] = {"vr": "CS", "Value": modalities}
@@ -204,6 +221,26 @@ class DicomWebEndpoint:
         )
         media = f'multipart/related; type="application/octet-stream"; boundary={boundary}'
         return Response(body, media_type=media, headers={"Cache-Control": "no-store"})
+
+    def _thumbnail(self, request, caller, study, series=None, sop=None):
+        """The first matching image under its own window, as a JPEG of at most ``viewport``
+        (``W,H``; 128 by default, 512 at most) on the longer side."""
+        try:
+            side = max(int(v) for v in request.query_params.get("viewport", "128").split(","))
+        except ValueError:
+            side = 128
+        side = min(max(side, 16), 512)
+        self._study(caller, study)  # LookupError unless this session may read the study
+        for image_id, path in self.studies().get(study, []):
+            instance = self._instance(str(path), caller.phi)
+            if series not in (None, instance.series_uid) or sop not in (None, instance.sop_uid):
+                continue
+            self._audit(caller, image_id, study, "dicomweb thumbnail")
+            return Response(
+                thumbnail_jpeg(path, side, self.read_config), media_type="image/jpeg",
+                headers={"Cache-Control": "no-store"},
+            )  # fmt: skip
+        raise LookupError(study)
 
 
 def _value(metadata: dict, tag: str):

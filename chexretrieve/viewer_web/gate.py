@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from urllib.parse import urlencode
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
@@ -77,7 +78,7 @@ class ViewerGate:
                 "The OHIF viewer is not installed on this server (run `make setup`).",
                 status_code=404, media_type="text/plain",
             )  # fmt: skip
-        return self.site.response(rest)
+        return await run_in_threadpool(self.site.response, rest)  # reads files off the loop
 
     def _open(self, request: Request, user: str) -> Response:
         params = request.query_params

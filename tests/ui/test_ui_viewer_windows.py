@@ -105,11 +105,20 @@ def _open_pair(page, query: int, result: int) -> None:
     if page.locator("#viewer").is_visible():
         page.keyboard.press("Escape")
         page.wait_for_selector("#viewer", state="hidden")
+    before = page.evaluate(
+        "() => { const r = document.querySelector('#results .cx-results');"
+        " return r ? r.outerHTML : ''; }"
+    )
     page.fill(CASE_ID, str(query))
     page.click("#load-case")
-    page.wait_for_selector(f"#results .cx-results[data-serial] .cx-card[data-case='{result}']")
+    # this load's answer (a new serial, even for the same case again), nothing still running
     page.wait_for_function(
-        "() => !document.querySelector('#results [data-testid=status-tracker]:not(.hide)')"
+        "([prev, id]) => { const e = document.querySelector('#results');"
+        " const r = e && e.querySelector('.cx-results[data-serial]');"
+        " const busy = e && e.querySelector('[data-testid=status-tracker]:not(.hide)');"
+        " return r && r.outerHTML !== prev && !busy &&"
+        ' r.querySelector(".cx-card[data-case=\'" + id + "\']"); }',
+        arg=[before, result],
     )
     page.click(f"#results .cx-card[data-case='{result}']")
     page.wait_for_function(
@@ -121,12 +130,9 @@ def _open_pair(page, query: int, result: int) -> None:
 
 
 def _preset(page, name: str) -> None:
+    """Press a preset and wait for the server's answer (the button shown pressed)."""
     page.click(f"#viewer [data-preset='{name}']")
-    page.wait_for_function(
-        "(n) => { const r = document.querySelector('#viewer .cx-window-readout');"
-        " return r && (r.innerText.match(new RegExp(n + ' preset', 'g')) || []).length === 2; }",
-        arg=name,
-    )
+    page.wait_for_selector(f"#viewer .cx-preset.cx-on[data-preset='{name}']")
 
 
 def _pane(page, side: str) -> dict:
