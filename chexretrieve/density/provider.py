@@ -73,6 +73,8 @@ class QueryDensity:
     n_components: int
     note: str = ""
     concepts: tuple[ConceptShare, ...] = field(default=())
+    # whose log-density log_density / percentile / ood are: "movmf" or "gaussian"
+    ood_model: str = "movmf"
 
     @property
     def message(self) -> str:
@@ -102,6 +104,7 @@ class QueryDensity:
             "revision": self.revision,
             "n_images": self.n_images,
             "n_components": self.n_components,
+            "ood_model": self.ood_model,
             "concepts": [c.as_dict() for c in self.concepts],
         }
 
@@ -314,6 +317,8 @@ class ArchiveDensityProvider:
         row = row / np.linalg.norm(row)
         values, posterior = density.model.log_density_and_posterior(row)
         value = float(values[0])
+        if density.gaussian is not None:  # DensityConfig.ood_model = "gaussian"
+            value = float(density.ood_score(row)[0])
         return QueryDensity(
             log_density=value,
             percentile=float(density.percentile([value])[0]),
@@ -325,6 +330,7 @@ class ArchiveDensityProvider:
             n_images=density.n_images,
             n_components=density.model.n_components,
             note="; ".join(n for n in (note, self.save_error) if n),
+            ood_model=density.ood_model,
             concepts=self.concepts(density, row, posterior)[0],
         )
 
