@@ -109,6 +109,8 @@ class ArchiveDensity:
     # ``gaussian`` holds the Ledoit–Wolf Gaussian and ``reference`` its held-out scores)
     ood_model: str = "movmf"
     gaussian: GaussianDensity | None = None
+    # fitting_settings(config) of the fit: a fit made under other settings is not reused
+    settings: str = ""
 
     def ood_score(self, rows) -> np.ndarray:
         """The OOD model's log-density of unit rows (what ``reference`` and ``threshold`` use)."""
@@ -173,6 +175,7 @@ class ArchiveDensity:
             "criterion_scores": {str(k): v for k, v in self.criterion_scores.items()},
             "components": [c.as_dict() for c in self.components],
             "ood_model": self.ood_model,
+            "settings": self.settings,
         }
         extra = {}
         if self.gaussian is not None:
@@ -227,9 +230,18 @@ class ArchiveDensity:
                     ),
                     ood_model=meta.get("ood_model", "movmf"),
                     gaussian=gaussian,
+                    settings=meta.get("settings", ""),
                 )
         except (OSError, KeyError, ValueError, TypeError) as exc:
             raise ValueError(f"the density file {path} cannot be read ({exc}); refit it") from None
+
+
+def fitting_settings(config: DensityConfig) -> str:
+    """The settings a fit depends on, as one string (a fit under others is refitted)."""
+    return json.dumps(
+        [FORMAT, list(config.candidates), config.criterion, config.seed, config.ood_percentile,
+         config.ood_model, config.fit_sample]
+    )  # fmt: skip
 
 
 def density_folder(root: Path, store_label: str, encoder_id: str) -> Path:
@@ -314,6 +326,7 @@ def fit_archive_density(
         components=name_components(model, posterior, ids, labels, anchors),
         ood_model=config.ood_model,
         gaussian=gaussian,
+        settings=fitting_settings(config),
     )
 
 

@@ -32,6 +32,7 @@ from chexretrieve.density.archive import (
     ComponentName,
     density_path,
     fit_archive_density,
+    fitting_settings,
     saved_revisions,
 )
 from chexretrieve.density.config import FIT_NOW, DensityConfig
@@ -203,8 +204,11 @@ class ArchiveDensityProvider:
                     f"than DensityConfig.min_images = {self.config.min_images}"
                 ),
             )
+        settings = fitting_settings(self.config)
         with self._lock:
             held = self._current
+        if held is not None and held.settings != settings:
+            held = None  # fitted under other settings (an edited DensityConfig): not reused
         if held is not None and held.fingerprint == gallery.fingerprint:
             return held, False, ""
         candidate = held
@@ -215,6 +219,8 @@ class ArchiveDensityProvider:
                 saved = ArchiveDensity.load(path)
             except ValueError:
                 continue  # damaged: refitted below if nothing else serves
+            if saved.settings != settings:
+                break  # fitted under other settings: refitted below
             if saved.fingerprint == gallery.fingerprint:
                 with self._lock:
                     self._current = saved
@@ -266,7 +272,11 @@ class ArchiveDensityProvider:
         with self._fit_lock:
             with self._lock:
                 held = self._current
-            if held is not None and held.fingerprint == gallery.fingerprint:
+            if (
+                held is not None
+                and held.fingerprint == gallery.fingerprint
+                and held.settings == settings
+            ):
                 return held, False, ""  # fitted by another search meanwhile
             return self.fit(gallery), False, ""
 
