@@ -46,7 +46,11 @@ class AnchorTexts:
     broad: tuple[str, ...] = ()  # the broad clinical corpus (prior of the posterior models)
     nuisance: dict[str, tuple[str, ...]] = field(default_factory=dict)  # context -> sentences
     provenance: tuple[str, ...] = ()  # id@version of every set used
-    broad_sets: tuple[str, ...] = ()  # id@version of the broad sets pooled into ``broad``
+
+    @property
+    def broad_sets(self) -> tuple[str, ...]:
+        """id@version of the broad sets pooled into ``broad`` (the prior)."""
+        return tuple(k for k in self.provenance if k.startswith("broad"))
 
 
 def load_anchor_texts(
@@ -67,19 +71,17 @@ def load_anchor_texts(
         keys += [s.key for s in sets]
     contexts = sorted({s.context for s in find_anchor_sets(root) if s.context})
     broad: list[str] = []
-    broad_keys: list[str] = []
     nuisance: dict[str, tuple[str, ...]] = {}
     for context in contexts:
         if context.startswith("broad/"):
             for s in latest_variants(context, root):
                 broad += s.sentences
                 keys.append(s.key)
-                broad_keys.append(s.key)
         elif context.startswith("nuisance/"):
             sets = latest_variants(context, root)
             nuisance[context] = tuple(t for s in sets for t in s.sentences)
             keys += [s.key for s in sets]
-    return AnchorTexts(found, tuple(dict.fromkeys(broad)), nuisance, tuple(keys), tuple(broad_keys))
+    return AnchorTexts(found, tuple(dict.fromkeys(broad)), nuisance, tuple(keys))
 
 
 # ------------------------------------------------------------------------------------ caching
@@ -356,7 +358,10 @@ def store_source(
     try:
         encoders = [load_encoder(spec, config=encoder_config) for spec in encoder_specs]
         galleries = [store.gallery(e.encoder_id) for e in encoders]
-        labels = store.labels_frame()
+        try:  # with the data-set columns (patient, study, view, split, path) where it has them
+            labels = store.labels_frame(metadata=True)
+        except TypeError:  # a store without them: the gallery metadata fills them below
+            labels = store.labels_frame()
     finally:
         store.close()
     common = set(galleries[0].image_ids.tolist())
