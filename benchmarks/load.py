@@ -227,6 +227,10 @@ def _user(context: dict, stop: threading.Event, seed: int, out: list) -> None:
         except Exception as exc:  # noqa: BLE001 - every failure a user would see is counted
             first = str(exc).splitlines()[0][:120] if str(exc) else ""
             error = f"{type(exc).__name__}: {first}"
+            if os.environ.get("CHEXRETRIEVE_LOAD_TRACEBACKS"):  # debugging: where it failed
+                import traceback
+
+                traceback.print_exc()
         out.append((action, time.perf_counter() - started, error))
         if context["think_s"] > 0:  # a person looks at the results before the next action
             time.sleep(min(rng.expovariate(1.0 / context["think_s"]), 5 * context["think_s"]))

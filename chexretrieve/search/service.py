@@ -385,10 +385,15 @@ class SearchService:
             if finding not in gallery.labels:
                 return None
 
+            spec = parse_geometry(request.geometry)
+
             def scores_of(image_id: int):
+                # every probe against the gallery the labels and embeddings below come from: an
+                # ingest during the calibration must not hand back a longer gallery's scores
                 probe = SearchRequest(finding=finding, geometry=request.geometry,
                                       case_id=image_id, anchor_set=anchor_key)  # fmt: skip
-                return self.gallery_scores(probe)
+                scores, mask, _, _ = self._score_gallery(probe, finding, spec, gallery)
+                return scores, mask
 
             cache[key] = calibrate(
                 scores_of, gallery.image_ids, gallery.labels[finding].to_numpy(dtype=float),

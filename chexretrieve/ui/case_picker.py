@@ -30,6 +30,8 @@ STATUS_WORDS = {
     "unlabelled": "no labels",
     "rare cases first": "any, rarest first (lowest archive density)",
 }
+#: the picker's status choices as listed: the label words, and the rare-cases order by its name
+PICKER_LABELS = {**STATUS_WORDS, "rare cases first": "rare cases first"}
 _WHOLE = re.compile(r"^\d+$")
 _NUMBER = re.compile(r"^[+-]?(\d+([.,]\d*)?|[.,]\d+)([eE][+-]?\d+)?$")
 

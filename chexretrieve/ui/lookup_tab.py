@@ -14,7 +14,7 @@ import gradio as gr
 
 from chexretrieve.findings import FINDINGS
 from chexretrieve.geometry import GEOMETRIES, geometry_name
-from chexretrieve.ui.case_picker import PICKER_CHOICES, STATUS_WORDS
+from chexretrieve.ui.case_picker import PICKER_CHOICES, PICKER_LABELS
 from chexretrieve.ui.compare import CompareViewer
 from chexretrieve.ui.config import UIConfig
 from chexretrieve.ui.events import PRIVATE, attempt, who
@@ -97,7 +97,7 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
                             min_width=120,
                         )
                         pick_status = gr.Dropdown(
-                            [(STATUS_WORDS.get(s, s), s) for s in PICKER_CHOICES],
+                            [(PICKER_LABELS.get(s, s), s) for s in PICKER_CHOICES],
                             value="any",
                             label="Label of the finding",
                             elem_id="pick-status",
