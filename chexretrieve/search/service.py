@@ -330,10 +330,13 @@ class SearchService:
             if finding not in gallery.labels:
                 return None
 
-            def scores_of(image_id: int):
+            spec = parse_geometry(request.geometry)
+
+            def scores_of(image_id: int):  # on this gallery, even while an ingest grows it
                 probe = SearchRequest(finding=finding, geometry=request.geometry,
                                       case_id=image_id, anchor_set=anchor_key)  # fmt: skip
-                return self.gallery_scores(probe)
+                scores, eligible, _, _ = self._score_gallery(probe, finding, spec, gallery)
+                return scores, eligible
 
             cache[key] = calibrate(
                 scores_of, gallery.image_ids, gallery.labels[finding].to_numpy(dtype=float),
