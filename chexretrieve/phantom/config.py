@@ -14,6 +14,7 @@ MAX_SIZE = 2048
 #: reused across it. 2: the L/R marker sits on the side it names (issue 24).
 RENDER_VERSION = 2
 
+
 @dataclass(frozen=True)
 class PhantomConfig:
     """How phantom cases are drawn; every field changes the images or reports deterministically."""
