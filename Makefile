@@ -4,20 +4,32 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.chexretrieve-installed
+# the OHIF Viewer `serve` hosts under /viewer (npm @ohif/app, pinned; never fetched at run time)
+OHIF_VERSION := 3.13.2
+OHIF_DIR := $(VENV)/ohif/$(OHIF_VERSION)
 
-.PHONY: setup demo test lint format adversarial
+.PHONY: setup demo test lint format adversarial docs containers-test
 
 $(STAMP): pyproject.toml Makefile
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	# the local CPU wheel first: a bare `torch` would pull a multi-GB CUDA build
-	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[dev]'
-	# the reference implementation of the encoder tests, without torchvision (see pyproject.toml)
-	$(PY) -m pip install -q --no-deps open_clip_torch==3.3.0
-	touch $(STAMP)
+	@echo "setup 1/4: virtual environment $(VENV) and a current pip (a few seconds)"
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@t=$$(date +%s); $(PY) -m pip install -q --upgrade pip; echo "  done in $$(( $$(date +%s) - t )) s"
+	@# the local CPU wheel first: a bare `torch` would pull a multi-GB CUDA build
+	@echo "setup 2/4: torch 2.13.0, the CPU wheel on local disk (about half a minute)"
+	@t=$$(date +%s); $(PY) -m pip install -q torch==2.13.0; echo "  done in $$(( $$(date +%s) - t )) s"
+	@echo "setup 3/4: chexretrieve and its dependencies, with the test and docs tools (1-2 minutes)"
+	@t=$$(date +%s); $(PY) -m pip install -q -e '.[dev]'; echo "  done in $$(( $$(date +%s) - t )) s"
+	@# the reference implementation of the encoder tests, without torchvision (see pyproject.toml)
+	@echo "setup 4/4: open_clip_torch 3.3.0 without dependencies, the encoder tests' reference (seconds)"
+	@t=$$(date +%s); $(PY) -m pip install -q --no-deps open_clip_torch==3.3.0; echo "  done in $$(( $$(date +%s) - t )) s"
+	@touch $(STAMP)
+	@echo "setup complete: the command line is $(VENV)/bin/chexretrieve"
 
-setup: $(STAMP)
+$(OHIF_DIR)/dist/index.html: | $(STAMP)
+	@echo "setup: installing the OHIF Viewer $(OHIF_VERSION) (npm pack @ohif/app@$(OHIF_VERSION), about 50 MB, SHA-1 checked) into $(OHIF_DIR)"
+	$(PY) -m chexretrieve.viewer_web.install --into $(OHIF_DIR)
+
+setup: $(STAMP) $(OHIF_DIR)/dist/index.html
 
 demo: setup
 	$(PY) -m chexretrieve demo $(if $(PORT),--port $(PORT))
@@ -38,6 +50,18 @@ adversarial: setup
 	CHEXRETRIEVE_ADV_SUMMARY=test-artifacts/adversarial-summary.json \
 	$(PY) -m pytest tests/adversarial -q -p no:cacheprovider $(PYTEST_ARGS)
 
+# the documentation site (MkDocs, material theme) into site/, offline; --strict as in the tests
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
+	@echo "open site/index.html"
+
 format: setup
 	$(PY) -m ruff format chexretrieve tests benchmarks
 	$(PY) -m ruff check --fix chexretrieve tests benchmarks
+
+# every image of docker/ built and the compose stack run end to end as a user would (STOW-RS to
+# Orthanc, ingest, search in the app container, the UI in Chromium), then torn down; prints the
+# time of every step (docs/deployment.md). Needs root, podman (or docker) and chromium; without a
+# registry it builds the base images from Debian packages with debootstrap.
+containers-test: setup
+	$(PY) docker/containers_test.py $(CONTAINERS_TEST_ARGS)

@@ -5,8 +5,9 @@ recomputable live under one folder: ``$CHEXRETRIEVE_CACHE``, else ``$XDG_CACHE_H
 else ``~/.cache/chexretrieve``. Deleting it only costs recomputation.
 
 Cache files are written under a temporary name unique to the writing process and thread, then
-renamed over the final name (atomic on one file system): concurrent writers of the same entry
-never interleave, and a killed writer leaves a stray temporary file, never a truncated entry.
+fsync'ed and renamed over the final name (atomic on one file system): concurrent writers of the
+same entry never interleave, and a killed writer leaves a stray temporary file, never a truncated
+entry.
 """
 
 from __future__ import annotations
@@ -40,11 +41,16 @@ def temporary_name(path: Path) -> Path:
 
 
 def write_atomically(path: Path, write: Callable[[Path], None]) -> None:
-    """``write(tmp)`` into a unique temporary file, then rename it to ``path``."""
+    """``write(tmp)`` into a unique temporary file, fsync it, then rename it to ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temporary_name(path)
     try:
         write(tmp)
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)  # the bytes are on disk before the name points at them
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)

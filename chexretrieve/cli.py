@@ -127,6 +127,48 @@ from chexretrieve.encoders.commands import encoders_app  # noqa: E402
 
 app.add_typer(encoders_app, name="encoders")
 
+from chexretrieve.audit.commands import audit_app  # noqa: E402
+
+app.add_typer(audit_app, name="audit")
+
+from chexretrieve.app.db_commands import db_app  # noqa: E402
+
+app.add_typer(db_app, name="db")
+
+
+@app.command("settings")
+def settings_command(
+    markdown: bool = typer.Option(
+        False, "--markdown", help="Print the Markdown tables of the documentation site instead."
+    ),
+    match: str = typer.Option(
+        "", "--match", help="Only settings whose Class.field contains this text (any case)."
+    ),
+) -> None:
+    """Every setting (configuration dataclass field) with its default and meaning."""
+    from chexretrieve.settings_reference import settings, settings_markdown, settings_text
+
+    if markdown:
+        typer.echo(settings_markdown())
+        return
+    if match:
+        wanted = [s for s in settings() if match.lower() in f"{s.owner}.{s.name}".lower()]
+        if not wanted:
+            typer.echo(f"error: no setting matches {match!r}", err=True)
+            raise typer.Exit(2)
+        typer.echo(settings_text(only=wanted))
+        return
+    typer.echo(settings_text())
+
+
+from chexretrieve.app.density_commands import density_app  # noqa: E402
+
+app.add_typer(density_app, name="density")
+
+from chexretrieve.accounts.commands import users_app  # noqa: E402
+
+app.add_typer(users_app, name="users")
+
 
 def main() -> None:
     app()

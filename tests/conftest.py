@@ -14,6 +14,16 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# the audit trail's HMAC key: one throw-away key per test run (subprocesses inherit it), never the
+# user's own ~/.config/chexretrieve/audit.key
+if not os.environ.get("CHEXRETRIEVE_AUDIT_KEY"):
+    import tempfile
+
+    os.environ["CHEXRETRIEVE_AUDIT_KEY"] = os.path.join(
+        tempfile.mkdtemp(prefix="chexretrieve-audit-key-"), "audit.key"
+    )
+# a developer's imported report corpora must not join the posterior prior of the tests
+os.environ["CHEXRETRIEVE_PRIVATE_ANCHORS"] = "/dev/null/no-private-anchors"
 
 REQUIRE_SERVICES = os.environ.get("CHEXRETRIEVE_REQUIRE_SERVICES") == "1"
 

@@ -1,4 +1,4 @@
-"""`chexretrieve anchors ...`: list, show, validate, diff, generate, embed, impact.
+"""`chexretrieve anchors ...`: list, show, validate, diff, generate, embed, impact, import-reports.
 
 Sets are named by file path, ``id@version`` (``pleural_effusion.a@1``) or ``id`` (newest version).
 Exit status: 0 on success, 1 when validation finds errors (or warnings with --strict), 2 on bad
@@ -330,6 +330,74 @@ def impact_command(
         typer.echo(json.dumps(report.to_dict(), indent=2, default=str))
     else:
         _render_impact(report)
+
+
+@anchors_app.command("import-reports")
+def import_reports_command(
+    db: str | None = _DB,
+    folder: Path | None = typer.Option(
+        None, "--folder", help="Read the .txt reports under this folder instead of a store."
+    ),
+    name: str = typer.Option("mimic", "--name", help="The set is broad/reports-NAME."),
+    licence: str | None = typer.Option(
+        None, "--licence", help="The reports' licence, recorded in the set (default: PhysioNet's)."
+    ),
+    redistributable: bool = typer.Option(
+        False, "--redistributable", help="The licence allows sharing the sentences (else the set "
+        "is marked no_redistribution and kept out of the repository).",
+    ),
+    out: Path | None = typer.Option(
+        None, "--out", help="Folder to write to (default: $CHEXRETRIEVE_PRIVATE_ANCHORS, else "
+        "~/.local/share/chexretrieve/private-anchors).",
+    ),
+) -> None:  # fmt: skip
+    """Reports (the store's, or a folder's .txt) -> sentences, deduplicated, PHI-scrubbed -> a
+    broad corpus that joins the posterior prior of search, serve, UI and eval."""
+    from chexretrieve.anchors.import_reports import PHYSIONET_LICENCE, import_reports
+    from chexretrieve.anchors.report_corpus import folder_reports
+
+    try:
+        if folder is not None:
+            if db is not None:
+                raise ValueError("give --db or --folder, not both")
+            texts, where = folder_reports(folder), str(folder)
+        else:
+            from chexretrieve.store import StoreConfig, default_db_url, open_store
+
+            config = StoreConfig(url=default_db_url(), create_if_missing=False)
+            with open_store(db, config) as store:
+                texts, where = [t for _, t in store.report_texts()], store.label
+            if not texts:
+                raise ValueError(
+                    f"the store {where} holds no reports; ingest MIMIC-CXR (its files/ .txt) or "
+                    "a --reports CSV first, or give --folder"
+                )
+        result = import_reports(
+            texts, name, where=where, licence=licence or PHYSIONET_LICENCE,
+            redistributable=redistributable, out=out,
+        )  # fmt: skip
+    except ValueError as exc:
+        _fail(str(exc))
+    console = _console()
+    state = "unchanged (the newest version holds these sentences)" if result.unchanged else "wrote"
+    console.print(
+        f"{result.key}: {result.sentences} sentences from {result.reports} reports; {state} "
+        f"{result.path}",
+        soft_wrap=True, markup=False,
+    )  # fmt: skip
+    if result.restricted:
+        console.print(
+            "its licence forbids redistribution: never commit or share this file (it is kept "
+            "outside the repository; the folder's .gitignore ignores it)",
+            soft_wrap=True,
+        )
+    if result.in_prior:
+        console.print("the posterior prior of search, serve, the UI and eval now includes it")
+    else:
+        console.print(
+            "not in the prior yet: set $CHEXRETRIEVE_PRIVATE_ANCHORS to that folder to use it",
+            soft_wrap=True,
+        )
 
 
 def _newest(sets):

@@ -57,7 +57,7 @@ def embed_anchor_set(
             f"encoder {encoder_id} returned {matrix.shape[0]} vectors for {len(anchor_set)} "
             f"sentences of {anchor_set.key}"
         )
-    if store is not None:
+    if store is not None and not getattr(store, "read_only", False):  # serve never writes it
         store.register_encoder(encoder_id, int(encoder.embed_dim), float(encoder.inv_temperature))
         store.put_anchor_embeddings(anchor_set.id, version, cache_key, encoder_id, matrix)
     return EmbeddedAnchors(anchor_set.key, anchor_set.content_hash, encoder_id, matrix, False)

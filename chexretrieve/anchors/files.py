@@ -404,16 +404,20 @@ def _block_safe(value: str) -> bool:
     )
 
 
-def save_new_version(anchor_set: AnchorSet, root: str | Path | None = None) -> Path:
+def save_new_version(
+    anchor_set: AnchorSet, root: str | Path | None = None, *, allow_restricted: bool = False
+) -> Path:
     """Write a new released version under ``root`` (default :func:`anchors_root`); never overwrite.
 
     Saving the identical content again is a no-op returning the existing path. A different file
     already at ``id@version`` raises AnchorSetError naming it: edit via ``anchor_set.revised()``.
+    A set whose licence forbids redistribution is refused unless ``allow_restricted`` (the
+    private anchors folder of ``chexretrieve.anchors.import_reports``, outside the repository).
     """
     restricted = [
         k for k, src in anchor_set.sources.items() if src.parameters.get("no_redistribution")
     ]
-    if restricted:
+    if restricted and not allow_restricted:
         raise AnchorSetError(
             f"{anchor_set.key} contains text whose licence forbids redistribution (source "
             f"{restricted[0]!r}); it is for run-time use only and is never written to disk"

@@ -7,13 +7,20 @@ anchor sets and write the audit trail the same way: every search from any of the
 
 from chexretrieve.app.config import AppConfig
 from chexretrieve.app.ports import ensure_port_free
-from chexretrieve.app.root import SearchApp, open_search_app
+from chexretrieve.app.root import (
+    ArchiveEmptyError,
+    SearchApp,
+    archive_has_embeddings,
+    open_search_app,
+)
 from chexretrieve.app.stores import DEMO_DB_FILE, resolve_read_store
 
 __all__ = [
     "DEMO_DB_FILE",
     "AppConfig",
+    "ArchiveEmptyError",
     "SearchApp",
+    "archive_has_embeddings",
     "ensure_port_free",
     "open_search_app",
     "resolve_read_store",

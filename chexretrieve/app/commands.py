@@ -60,6 +60,7 @@ def search_command(
     from rich.markup import escape
 
     from chexretrieve.app import AppConfig, open_search_app
+    from chexretrieve.density.config import FIT_NOW, DensityConfig
     from chexretrieve.search.duplicates import content_signature
     from chexretrieve.search.gallery import SearchFilters
     from chexretrieve.search.output import print_result, result_as_dict
@@ -95,7 +96,10 @@ def search_command(
                         "give --image a DICOM, PNG or JPEG chest radiograph",
                     )  # fmt: skip
                 ) from None
-        service = open_search_app(AppConfig(db_url=db, encoder=encoder)).service
+        # a one-shot process fits a missing archive density now (a background fit would die
+        # with the process); `chexretrieve density fit` or `ingest --fit-density` do it ahead
+        density = DensityConfig(background_fit_above=FIT_NOW)
+        service = open_search_app(AppConfig(db_url=db, encoder=encoder, density=density)).service
         result = service.search(
             SearchRequest(
                 finding=finding,

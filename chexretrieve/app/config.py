@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from chexretrieve.audit.config import AuditConfig
+from chexretrieve.density.config import DensityConfig
 from chexretrieve.search.config import SearchConfig
 
 
@@ -24,3 +25,5 @@ class AppConfig:
     search: SearchConfig = field(default_factory=SearchConfig)
     # the audit trail every search is written to (AuditConfig.path / $CHEXRETRIEVE_AUDIT_LOG)
     audit: AuditConfig = field(default_factory=AuditConfig)
+    # the archive density every search is assessed by (OOD flag, rarity; DensityConfig.* rows)
+    density: DensityConfig = field(default_factory=DensityConfig)

@@ -33,8 +33,26 @@ def ingest_command(
     encoder: str = typer.Option(
         "phantom", "--encoder", help="Encoder spec: phantom, chexzero:FILE.pt, hf-clip:FOLDER."
     ),
-    labels: Path | None = typer.Option(
-        None, "--labels", help="CheXpert-format CSV: Path + finding columns (1 / 0 / -1 / blank)."
+    labels: list[Path] = typer.Option(
+        [],
+        "--labels",
+        help="Labels file (repeatable; .csv or .csv.gz): CheXpert format (Path + finding columns, "
+        "1 / 0 / -1 / blank) or MIMIC-CXR's own (chexpert/negbio, metadata, split, record list).",
+    ),
+    dataset: str = typer.Option(
+        "auto",
+        "--dataset",
+        help="Read PATH as a public data set as shipped: chexpert, mimic-cxr-jpg, mimic-cxr "
+        "(DICOM); auto detects it from its files; none reads no data-set files.",
+    ),
+    mimic_labels: str = typer.Option(
+        "chexpert", "--mimic-labels", help="MIMIC-CXR labels to use: chexpert or negbio."
+    ),
+    reports: list[Path] = typer.Option(
+        [],
+        "--reports",
+        help="Reports CSV to store per study (repeatable): a Report/text column keyed by Path "
+        "or study_id. MIMIC's files/p*/p*/s*.txt are stored without it.",
     ),
     workers: int = typer.Option(
         -1, "--workers", help="Decoding processes (-1: one per core minus one; 0: in-process)."
@@ -87,8 +105,18 @@ def ingest_command(
         help="Only add missing thumbnails to the images of --db, read from their files "
         "(for stores ingested before thumbnails existed); no PATHS.",
     ),
+    fit_density: bool = typer.Option(
+        False,
+        "--fit-density/--no-fit-density",
+        help="Fit the archive density (OOD flag, rare cases) at the end; searches otherwise "
+        "fit it on first use.",
+    ),
 ) -> None:
-    """Ingest DICOM / PNG / JPEG files: decode, embed, store; resumable and idempotent."""
+    """Ingest DICOM / PNG / JPEG files: decode, embed, store; resumable and idempotent.
+
+    Public data sets as shipped (CheXpert, MIMIC-CXR-JPG, MIMIC-CXR): give the data set's
+    root; see docs/datasets.md.
+    """
     from rich.console import Console
 
     console = Console(stderr=True)
@@ -108,7 +136,10 @@ def ingest_command(
             paths=paths,
             db=db,
             encoder_spec=encoder,
-            labels_path=labels,
+            labels_paths=labels,
+            dataset=dataset,
+            mimic_labels=mimic_labels,
+            report_csvs=reports,
             workers=workers,
             batch_size=batch_size,
             report_path=report,
@@ -120,6 +151,7 @@ def ingest_command(
             show_progress=progress,
             executor=executor,
             thumbnail_px=thumbnail_px,
+            fit_density=fit_density,
         )
     except KeyboardInterrupt:
         console.print("[red]interrupted[/red]: committed batches are kept; run again to resume")
@@ -159,12 +191,17 @@ def _pacs_or_usage(console, paths, url, studies, since, spool, insecure, ca_bund
     )  # fmt: skip
 
 
-def _run(console, *, paths, db, encoder_spec, labels_path, workers, batch_size, report_path,  # noqa: ANN001
+def _run(console, *, paths, db, encoder_spec, labels_paths, workers, batch_size, report_path,  # noqa: ANN001
          strict, split, file_timeout, modalities, device, show_progress,  # noqa: ANN001
-         executor="local", thumbnail_px=256) -> int:  # fmt: skip
+         executor="local", thumbnail_px=256, dataset="auto", mimic_labels="chexpert",  # noqa: ANN001
+         report_csvs=(), fit_density=False) -> int:  # noqa: ANN001  # fmt: skip
+    from chexretrieve.app.dataset_ingest import (
+        label_sources,
+        store_reports,
+        structured_report_files,
+    )
     from chexretrieve.encoders.registry import load_encoder
     from chexretrieve.ingest.config import IngestConfig
-    from chexretrieve.ingest.labels import read_label_csv
     from chexretrieve.ingest.pipeline import IngestError, ingest_paths
     from chexretrieve.ingest.report import render_summary, write_report
     from chexretrieve.store import open_store
@@ -179,10 +216,13 @@ def _run(console, *, paths, db, encoder_spec, labels_path, workers, batch_size, 
             thumbnail_px=thumbnail_px,
         )
         read_config = _read_config(modalities)
-        label_table = read_label_csv(labels_path) if labels_path is not None else None
         for path in paths:
             if not path.exists():
                 raise ValueError(f"{path}: no such file or folder; check the path to ingest")
+        plan = label_sources(list(paths), list(labels_paths), dataset, mimic_labels)
+        label_table = plan.source
+        for message in plan.messages:
+            console.print(message, soft_wrap=True, markup=False)
         if executor not in ("local", "ray"):
             raise ValueError(f"--executor {executor!r} is not 'local' or 'ray'")
         store = open_store(db)
@@ -219,11 +259,29 @@ def _run(console, *, paths, db, encoder_spec, labels_path, workers, batch_size, 
             return _fatal(console, str(exc))
         except ValueError as exc:
             return _fatal(console, str(exc))
+        reports_line = None
+        sr_files = structured_report_files(report)
+        if report_csvs or sr_files or (plan.dataset is not None and plan.dataset.report_files):
+            try:
+                counts, unmatched = store_reports(store, plan.dataset, list(report_csvs), sr_files)
+            except ValueError as exc:
+                return _fatal(console, f"images stored; reports not: {exc}")
+            reports_line = (
+                f"reports: {counts['new']} new, {counts['changed']} changed, "
+                f"{counts['unchanged']} unchanged"
+                + (f"; {unmatched} report rows matched no stored image" if unmatched else "")
+            )
+        if fit_density:
+            from chexretrieve.app.density_commands import fit_after_ingest
+
+            fit_after_ingest(store, encoder, console)
     finally:
         store.close()
     from rich.console import Console
 
     render_summary(report, Console())
+    if reports_line is not None:
+        Console().print(reports_line, soft_wrap=True, markup=False)
     if report_path is not None:
         console.print(f"report: {write_report(report, report_path)}")
     if config.strict and report.problems:

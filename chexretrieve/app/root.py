@@ -11,6 +11,20 @@ from chexretrieve.search.service import SearchService
 from chexretrieve.search.sources import StoreAnchorProvider, gallery_from_store
 
 
+class ArchiveEmptyError(ValueError):
+    """The store holds no embeddings of the encoder yet (a fresh database before any ingest).
+
+    Carries the open ``store`` and the loaded ``encoder``, so that a caller that can wait (the UI,
+    :mod:`chexretrieve.ui.waiting`) polls the store and builds the app once cases arrive without
+    opening or loading them again.
+    """
+
+    def __init__(self, message: str, store: Any, encoder: Any) -> None:
+        super().__init__(message)
+        self.store = store
+        self.encoder = encoder
+
+
 @dataclass
 class SearchApp:
     """The objects every searching entry point shares, built once by :func:`open_search_app`."""
@@ -21,6 +35,12 @@ class SearchApp:
     anchors: StoreAnchorProvider
     audit: Any  # chexretrieve.audit.AuditLog, or None when AuditConfig.enabled is False
     service: SearchService
+
+
+def archive_has_embeddings(store: Any, encoder_id: str) -> bool:
+    """Whether ``store`` holds at least one embedding of ``encoder_id`` (an encoder registered by
+    an ingest that has not stored an image yet counts as none)."""
+    return store.encoder(encoder_id) is not None and store.count_embeddings(encoder_id) > 0
 
 
 def load_app_encoder(spec: str, device: str = "auto"):  # noqa: ANN201
@@ -37,7 +57,7 @@ def open_search_app(
 
     ``store`` / ``encoder``: already open ones to use instead of ``config.db_url`` /
     ``config.encoder`` (the demo passes the store it just ingested into, tests their stand-in
-    encoder). ValueError when the store lacks the encoder's embeddings.
+    encoder). ArchiveEmptyError (a ValueError) when the store lacks the encoder's embeddings.
     """
     from chexretrieve.audit import open_audit_log
     from chexretrieve.store import StoreConfig, open_store
@@ -45,24 +65,34 @@ def open_search_app(
     config = config or AppConfig()
     if store is None:
         url = resolve_read_store(config.db_url)
-        store = open_store(config=StoreConfig(url=url, create_if_missing=False))
+        # a read command: never created, never migrated, never written
+        store = open_store(config=StoreConfig(url=url, create_if_missing=False, read_only=True))
     if encoder is None:
         encoder = load_app_encoder(config.encoder, config.device)
-    if store.encoder(encoder.encoder_id) is None:
+    if not archive_has_embeddings(store, encoder.encoder_id):
         known = ", ".join(e.encoder_id for e in store.encoders()) or "none"
-        raise ValueError(
+        raise ArchiveEmptyError(
             f"the archive {store.label} holds no embeddings of encoder {encoder.encoder_id!r} "
             f"(stored: {known}); ingest with that encoder first "
-            "(`chexretrieve ingest FOLDER --db URL --encoder SPEC`) or pass its --encoder"
+            "(`chexretrieve ingest FOLDER --db URL --encoder SPEC`) or pass its --encoder",
+            store,
+            encoder,
         )
     audit = open_audit_log(config.audit)
     anchors = StoreAnchorProvider(store, encoder, config.anchors_dir)
+    density = None
+    if config.density.enabled:
+        from chexretrieve.density import ArchiveDensityProvider
+
+        density = ArchiveDensityProvider(store, encoder.encoder_id, config.density, anchors)
     service = SearchService(
         lambda: gallery_from_store(store, encoder.encoder_id),
         anchors,
         encoder=encoder,
         config=config.search,
         audit=audit,
+        revision=store.archive_revision,
+        density=density,
         thumbnails=store.read_thumbnails,
     )
     return SearchApp(config, store, encoder, anchors, audit, service)

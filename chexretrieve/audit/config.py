@@ -26,9 +26,20 @@ class AuditConfig:
     path: Path | None = None
     # write the audit trail at all (turning it off is for tests and benchmarks, not for clinics)
     enabled: bool = True
-    # fsync after every record: survives a power cut, costs a disk flush per action
-    fsync: bool = False
+    # fsync every record and head record before the action goes on (survives a power cut; one
+    # disk flush per action); off only for benchmarks
+    fsync: bool = True
+    # HMAC key file signing every record and the head record, kept outside the audit file and
+    # created (mode 0600) on first use; None = $CHEXRETRIEVE_AUDIT_KEY, else
+    # $XDG_CONFIG_HOME/chexretrieve/audit.key
+    key_path: Path | None = None
 
     @property
     def resolved_path(self) -> Path:
         return Path(self.path).expanduser() if self.path is not None else default_audit_path()
+
+    @property
+    def resolved_key_path(self) -> Path:
+        from chexretrieve.audit.keys import default_key_path
+
+        return Path(self.key_path).expanduser() if self.key_path is not None else default_key_path()

@@ -19,6 +19,7 @@ import datetime as dt
 import fcntl
 import getpass
 import hashlib
+import hmac
 import json
 import os
 import threading
@@ -28,9 +29,22 @@ from pathlib import Path
 from typing import Any
 
 from chexretrieve.audit.config import AuditConfig
+from chexretrieve.audit.keys import (
+    GENESIS,
+    AuditIntegrityError,
+    Head,
+    default_key_path,
+    head_path,
+    keyed_line,
+    load_or_create_key,
+    mac_of,
+    read_head,
+    split_mac,
+    write_fully,
+    write_head,
+)
 
 ACTIONS = ("search", "view", "export")
-GENESIS = "0" * 64
 _TAIL_STEP = 8192
 
 
@@ -46,11 +60,22 @@ def current_user() -> str:
 
 
 class AuditLog:
-    """Append audit records to ``path``; see the module docstring for the format."""
+    """Append audit records to ``path``; see the module docstring for the format.
 
-    def __init__(self, path: str | os.PathLike[str], *, fsync: bool = False) -> None:
+    ``key_path``: the HMAC key file (created with mode 0600 on first use; None =
+    :func:`chexretrieve.audit.keys.default_key_path`). ``fsync``: flush every record and head
+    record to disk before the action goes on (off only for benchmarks)."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        fsync: bool = True,
+        key_path: str | os.PathLike[str] | None = None,
+    ) -> None:
         self.path = Path(path)
         self.fsync = fsync
+        self.key_path = Path(key_path) if key_path is not None else default_key_path()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             os.close(os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600))
@@ -59,7 +84,21 @@ class AuditLog:
                 f"cannot open the audit file {self.path}: {exc.strerror or exc}; choose a "
                 f"writable file with AuditConfig.path or $CHEXRETRIEVE_AUDIT_LOG"
             ) from None
+        self._key = load_or_create_key(self.key_path)
         self._lock = threading.Lock()
+        self._sign_new_trail()
+
+    def _sign_new_trail(self) -> None:
+        """Give a new, empty trail its head record (0 records) before the first record, so a
+        crash between the first record and its head is caught up like any later one."""
+        try:
+            with self._lock, self._locked() as fd:
+                if os.fstat(fd).st_size == 0 and not head_path(self.path).exists():
+                    write_head(self.path, self._key, Head(0, 0, 0, GENESIS), self.fsync)
+        except OSError as exc:
+            raise ValueError(
+                f"cannot write the audit head record beside {self.path}: {exc.strerror or exc}"
+            ) from None
 
     # ------------------------------------------------------------------ writing
     @contextlib.contextmanager
@@ -72,11 +111,20 @@ class AuditLog:
             os.close(fd)  # closing releases the flock
 
     def record(self, action: str, user: str | None, **fields: Any) -> dict:
-        """Append one record and return it. ``fields`` must be JSON-ready (or dataclasses)."""
+        """Append one record and return it. ``fields`` must be JSON-ready (or dataclasses).
+
+        Fails closed: when the record cannot be written whole and flushed (a full disk, a short
+        write, an fsync error, a damaged trail) nothing of it stays in the file and ValueError
+        says the action is refused."""
         if action not in ACTIONS:
             raise ValueError(f"unknown audit action {action!r}; use one of {', '.join(ACTIONS)}")
         try:
             return self._append(action, user, fields)
+        except AuditIntegrityError as exc:
+            raise AuditIntegrityError(
+                f"the audit trail {self.path} cannot be extended: {exc}; the {action} is refused "
+                "(run `chexretrieve audit verify` and move the damaged file aside)"
+            ) from None
         except OSError as exc:  # fail closed: no audit record, no action
             raise ValueError(
                 f"the audit trail {self.path} cannot be written ({exc.strerror or exc}); the "
@@ -85,27 +133,107 @@ class AuditLog:
 
     def _append(self, action: str, user: str | None, fields: dict) -> dict:
         with self._lock, self._locked() as fd:
-            last = _last_line(fd)
-            seq = 1
-            if last:
-                with contextlib.suppress(ValueError, TypeError, KeyError):
-                    seq = int(json.loads(last)["seq"]) + 1
+            size, seq, lines, prev = self._position(fd)
             entry = {
                 "seq": seq,
                 "time": dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"),
                 "user": user or current_user(),
                 "action": action,
                 **{k: _plain(v) for k, v in fields.items()},
-                "prev": hashlib.sha256(last).hexdigest() if last else GENESIS,
+                "prev": prev,
             }
-            line = json.dumps(entry, separators=(",", ":"), ensure_ascii=True, default=str)
-            os.write(fd, (line + "\n").encode("ascii"))
-            if self.fsync:
-                os.fsync(fd)
+            line = keyed_line(entry, self._key)
+            try:
+                write_fully(fd, line + b"\n")
+                if self.fsync:
+                    os.fsync(fd)
+                head = Head(seq, lines + 1, size + len(line) + 1, hashlib.sha256(line).hexdigest())
+                write_head(self.path, self._key, head, self.fsync)
+            except BaseException:
+                _roll_back(fd, size)
+                raise
         return entry
 
-    def search(self, user: str | None, request: Any, result: Any, query_study: str | None = None):
-        """A search: the query as asked, and every result shown (image id and study UID)."""
+    def _position(self, fd: int) -> tuple[int, int, int, str]:
+        """(size, next seq, lines so far, prev hash) of the file, checked against its head
+        record; AuditIntegrityError when they disagree in a way a failed write cannot explain."""
+        size = os.fstat(fd).st_size
+        head = read_head(self.path, self._key)
+        if head is None:
+            return self._position_without_head(fd, size)
+        if size < head.size:
+            raise AuditIntegrityError(
+                f"the file holds {size} bytes but its head record names {head.size} (lines "
+                "were removed from the end, or the file was emptied)"
+            )
+        if size > head.size:
+            head = self._catch_up(fd, head, size)
+            size = head.size
+        last = _last_line(fd)
+        if head.lines and hashlib.sha256(last).hexdigest() != head.last:
+            raise AuditIntegrityError("its last line does not match its head record (edited)")
+        return size, head.seq + 1, head.lines, head.last
+
+    def _position_without_head(self, fd: int, size: int) -> tuple[int, int, int, str]:
+        if size == 0:
+            return 0, 1, 0, GENESIS
+        data = os.pread(fd, size, 0)
+        if not data.endswith(b"\n"):
+            raise AuditIntegrityError("it ends in an incomplete record")
+        rows = data.splitlines()
+        last = rows[-1]
+        if split_mac(last) is not None:
+            raise AuditIntegrityError(
+                f"its head record {head_path(self.path)} is missing (deleted or never copied)"
+            )
+        try:  # a trail written before records were keyed: continue its numbering
+            seq = int(json.loads(last)["seq"]) + 1
+        except (ValueError, TypeError, KeyError):
+            raise AuditIntegrityError("its last line is not an audit record") from None
+        return size, seq, len(rows), hashlib.sha256(last).hexdigest()
+
+    def _catch_up(self, fd: int, head: Head, size: int) -> Head:
+        """The file is longer than its head record says: whole keyed records that continue the
+        chain (this process died between a record and its head) are adopted; an incomplete
+        record left by a write whose roll-back failed is cut off; anything else is refused."""
+        extra = os.pread(fd, size - head.size, head.size)
+        rows = extra.split(b"\n")
+        complete, tail = rows[:-1], rows[-1]
+        seq, lines, prev = head.seq, head.lines, head.last
+        offset = head.size
+        for row in complete:
+            entry = _parse_keyed(row, self._key)
+            if entry is None or entry.get("prev") != prev or entry.get("seq") != seq + 1:
+                raise AuditIntegrityError(
+                    f"bytes after its head record (from offset {offset}) are not records "
+                    "this trail wrote"
+                )
+            seq, lines, prev, offset = (
+                seq + 1,
+                lines + 1,
+                hashlib.sha256(row).hexdigest(),
+                (offset + len(row) + 1),
+            )
+        if tail:
+            if complete:
+                raise AuditIntegrityError(f"it ends in an incomplete record at offset {offset}")
+            _roll_back(fd, head.size)  # the cut record of a failed write; never chained onto
+            return head
+        adopted = Head(seq, lines, offset, prev)
+        write_head(self.path, self._key, adopted, self.fsync)
+        return adopted
+
+    def search(
+        self,
+        user: str | None,
+        request: Any,
+        result: Any,
+        query_study: str | None = None,
+        **extra: Any,
+    ):
+        """A search: the query as asked, and every result shown (image id and study UID);
+        ``extra`` fields (JSON-ready) are recorded beside them (e.g. ``density``: the query's
+        out-of-distribution flag and log-density)."""
         query: dict[str, Any] = {
             "finding": result.finding,
             "geometry": result.geometry,
@@ -137,7 +265,7 @@ class AuditLog:
             {"image": int(hit.image_id), "study": _text(hit.metadata.get("study_uid"))}
             for hit in result.hits
         ]
-        return self.record("search", user, query=query, results=shown)
+        return self.record("search", user, query=query, results=shown, **extra)
 
     def view(self, user: str | None, image_id: int, study_uid: str | None, what: str) -> dict:
         """A study opened on screen: ``what`` says how (e.g. 'query', 'details')."""
@@ -167,42 +295,33 @@ class AuditLog:
                 raise ValueError(f"{self.path}:{number}: not a JSON audit record") from None
         return out
 
-    def verify(self) -> list[str]:
-        return verify_audit_file(self.path)
-
-
-def verify_audit_file(path: str | os.PathLike[str]) -> list[str]:
-    """Problems of an audit file (empty list: intact): broken hash chain, gaps in ``seq``,
-    lines that are not JSON records."""
-    problems = []
-    previous: bytes | None = None
-    expected_seq = 1
-    for number, line in enumerate(Path(path).read_bytes().splitlines(), start=1):
-        try:
-            entry = json.loads(line)
-            prev, seq = entry["prev"], entry["seq"]
-        except (ValueError, KeyError, TypeError):
-            problems.append(f"line {number}: not a JSON audit record")
-            previous, expected_seq = line, expected_seq + 1
-            continue
-        wanted = hashlib.sha256(previous).hexdigest() if previous is not None else GENESIS
-        if prev != wanted:
-            problems.append(
-                f"line {number}: hash chain broken (the line before was changed, "
-                "removed or inserted)"
-            )
-        if seq != expected_seq:
-            problems.append(f"line {number}: seq {seq}, expected {expected_seq}")
-        previous, expected_seq = line, (seq if isinstance(seq, int) else expected_seq) + 1
-    return problems
-
 
 def open_audit_log(config: AuditConfig | None = None) -> AuditLog | None:
     """The audit log the configuration asks for (None when turned off)."""
     config = config or AuditConfig()
     if not config.enabled:
         return None
-    return AuditLog(config.resolved_path, fsync=config.fsync)
+    return AuditLog(config.resolved_path, fsync=config.fsync, key_path=config.resolved_key_path)
+
+
+def _parse_keyed(line: bytes, key: bytes) -> dict | None:
+    """The record of a keyed line whose HMAC matches, else None."""
+    parts = split_mac(line)
+    if parts is None or not hmac.compare_digest(parts[1], mac_of(key, parts[0])):
+        return None
+    try:
+        entry = json.loads(parts[0])
+    except ValueError:
+        return None
+    return entry if isinstance(entry, dict) else None
+
+
+def _roll_back(fd: int, size: int) -> None:
+    """Cut the file back to ``size`` bytes after a failed write (best effort: a cut record left
+    behind is removed by the next writer, see ``AuditLog._catch_up``)."""
+    with contextlib.suppress(OSError):
+        os.ftruncate(fd, size)
+        os.fsync(fd)
 
 
 def _last_line(fd: int) -> bytes:

@@ -77,6 +77,9 @@ def ingest_demo_archive(config: DemoConfig, store, encoder) -> None:
             paths, store, encoder, IngestConfig(), labels=labels, progress=progress
         )
     render_summary(report, console)
+    from chexretrieve.app.density_commands import fit_after_ingest
+
+    fit_after_ingest(store, encoder, console)  # the first search need not fit it
 
 
 def real_radiograph() -> Path | None:

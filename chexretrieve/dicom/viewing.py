@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -121,6 +121,15 @@ def _lut_window(ds, notes: list[str]) -> tuple[float, float, str] | None:
         notes.append(f"VOI LUT Sequence gives no default window ({type(exc).__name__}: {exc})")
         return None
     return center, width, "VOI LUT range"
+
+
+def fitted_values(pixels: PixelValues, max_side: int | None) -> PixelValues:
+    """``pixels`` with its values shrunk (``shrink_values``) to at most ``max_side`` on the longer
+    side; the default window, range and stored shape are those of the whole image."""
+    shrunk = shrink_values(pixels.values, max_side)
+    if shrunk is pixels.values or shrunk.shape == pixels.values.shape:
+        return pixels
+    return replace(pixels, values=shrunk)
 
 
 def shrink_values(values: np.ndarray, max_side: int | None) -> np.ndarray:

@@ -188,6 +188,7 @@ def _merge(reports, files, run_id, store, encoder, labels, skipped, started_at) 
         labelled_files=labelled,
         unmatched_label_rows=max(0, len(labels.rows) - labelled) if labels is not None else 0,
         worker_restarts=sum(report.worker_restarts for report in reports),
+        changes=sum((report.changes for report in reports), collections.Counter()),
         outcomes=outcomes,
     )
     missing = collections.Counter(order.keys()) - collections.Counter(o.path for o in outcomes)

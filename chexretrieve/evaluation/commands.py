@@ -56,7 +56,30 @@ def retrieval_command(
     seed: int = typer.Option(0, "--seed", help="Bootstrap and anchor-draw seed."),
     blank_as: str = typer.Option("negative", "--blank-as", help="negative | drop"),
     uncertain_as: str = typer.Option("drop", "--uncertain-as", help="drop | negative | positive"),
-    frontal_only: bool = typer.Option(False, "--frontal-only", help="Frontal images only."),
+    query_split: str = typer.Option(
+        "valid", "--query-split", help="Split whose positives are the queries (MIMIC: test)."
+    ),
+    key_split: str = typer.Option("train", "--key-split", help="Split whose images are the keys."),
+    view_choice: str = typer.Option(
+        "frontal",
+        "--views",
+        help="frontal | lateral | all: views used as queries and keys (default frontal, as "
+        "CheXzero evaluates; unknown views are left out unless all).",
+    ),
+    frontal_only: bool = typer.Option(
+        False, "--frontal-only", hidden=True, help="Deprecated: --views frontal (the default)."
+    ),
+    allow_patient_overlap: bool = typer.Option(
+        False,
+        "--allow-patient-overlap",
+        help="Evaluate although the query and key splits share patients (stated in the report).",
+    ),
+    min_queries: int = typer.Option(
+        10, "--min-queries", help="Findings with fewer queries are skipped (listed in the report)."
+    ),
+    bootstrap_unit: str = typer.Option(
+        "patient", "--bootstrap-unit", help="patient (cluster bootstrap) | image."
+    ),
     query_resampling: str = typer.Option("shared", "--query-resampling", help="shared | per_cell"),
     experiments: str = typer.Option(
         "mixing,budget,posterior,temperature,runtime", "--experiments", help="Comma list, or none."
@@ -129,12 +152,27 @@ def retrieval_command(
     console = Console() if sys.stdout.isatty() else Console(width=200)
     if db and chexpert_root:
         raise typer.BadParameter("give either --db or --chexpert-root, not both")
-    protocol = C.ProtocolConfig(
-        blank_as=blank_as, uncertain_as=uncertain_as, frontal_only=frontal_only
-    )
-    intervals = C.IntervalConfig(
-        n_bootstrap=bootstrap, seed=seed, query_resampling=query_resampling
-    )
+    err = Console(stderr=True)
+    if frontal_only:
+        if view_choice != "frontal":
+            raise typer.BadParameter(f"--frontal-only contradicts --views {view_choice}; drop it")
+        err.print("[yellow]--frontal-only is deprecated: frontal views are the default "
+                  "(--views frontal | lateral | all)[/]")  # fmt: skip
+    try:
+        protocol = C.ProtocolConfig(
+            key_split=key_split,
+            query_split=query_split,
+            blank_as=blank_as,
+            uncertain_as=uncertain_as,
+            views=view_choice,
+            allow_patient_overlap=allow_patient_overlap,
+            min_queries=min_queries,
+        )
+        intervals = C.IntervalConfig(
+            n_bootstrap=bootstrap, seed=seed, query_resampling=query_resampling, unit=bootstrap_unit
+        )
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from None
     if inv_temperature is not None and inv_temperature <= 0:
         raise typer.BadParameter(f"--inv-temperature must be positive, got {inv_temperature}")
     retrieval = C.RetrievalEvalConfig(
@@ -178,6 +216,7 @@ def retrieval_command(
         runtime = replace(runtime, anchor_counts=n)
 
     from chexretrieve.encoders import EncoderConfig
+    from chexretrieve.evaluation.cohort import select_cohort
     from chexretrieve.evaluation.sources import load_anchor_texts
 
     encoder_config = EncoderConfig(device=device, tokenizer_path=tokenizer)
@@ -189,8 +228,15 @@ def retrieval_command(
 
         cache_dir = cache_folder("eval")
     if chexpert_root:
-        from chexretrieve.evaluation.sources import chexpert_source
+        from chexretrieve.evaluation.sources import chexpert_source, read_chexpert_folder
 
+        try:  # splits and views are checked before minutes of embedding
+            precheck, _ = read_chexpert_folder(
+                chexpert_root, max_images_per_split=max_images_per_split
+            )
+            select_cohort(precheck, protocol)
+        except ValueError as exc:  # a leaking split, no such file, no lateral views: exit 2
+            _fail(exc)
         archive, views = chexpert_source(
             chexpert_root,
             specs,
@@ -206,16 +252,18 @@ def retrieval_command(
         from chexretrieve.evaluation.sources import store_source
 
         try:
+            store_notes: list[str] = []
             archive, views = store_source(
-                db, specs or ["phantom"], texts, encoder_config=encoder_config, cache_dir=cache_dir
+                db,
+                specs or ["phantom"],
+                texts,
+                encoder_config=encoder_config,
+                cache_dir=cache_dir,
+                notes=store_notes,
             )
         except ValueError as exc:  # no such store, no such encoder: one line, exit 2
-            from rich.console import Console
-            from rich.markup import escape
-
-            Console(stderr=True).print(f"[red]error:[/red] {escape(str(exc))}")
-            raise typer.Exit(2) from None
-        source, name = f"store {db}", "store"
+            _fail(exc)
+        source, name = f"store {db}" + "".join(f"; {n}" for n in store_notes), "store"
         mixing = replace(mixing, nuisance_label=nuisance_label or "view_position")
     else:
         from chexretrieve.evaluation.phantom_source import phantom_source
@@ -256,21 +304,37 @@ def retrieval_command(
     _run_and_write(archive, views, plan, out, name, source, texts, console, show)
 
 
+def _fail(error: Exception, code: int = 2):
+    """One red line on stderr, then exit ``code`` (2: bad input or data; 1: nothing evaluated)."""
+    from rich.console import Console
+    from rich.markup import escape
+
+    Console(stderr=True).print(f"[red]error:[/red] {escape(str(error))}")
+    raise typer.Exit(code) from None
+
+
 def _run_and_write(archive, views, plan, out, name, source, texts, console, show) -> None:
-    from chexretrieve.evaluation.pipeline import evaluate
+    from chexretrieve.evaluation.cohort import PatientOverlapError
+    from chexretrieve.evaluation.pipeline import NothingEvaluatedError, evaluate
     from chexretrieve.evaluation.report import table2_frames, table3_frames, write_report
     from chexretrieve.evaluation.tables import to_rich
 
     out = out or Path("eval/reports") / f"{name}-{dt.date.today().isoformat()}"
-    report = evaluate(
-        archive,
-        views,
-        plan,
-        title=f"Retrieval evaluation: {name}",
-        command=command_line(),
-        source=source,
-        show_progress=show,
-    )
+    try:
+        report = evaluate(
+            archive,
+            views,
+            plan,
+            title=f"Retrieval evaluation: {name}",
+            command=command_line(),
+            source=source,
+            show_progress=show,
+            broad_sets=texts.broad_sets,
+        )
+    except PatientOverlapError as exc:
+        _fail(exc)
+    except NothingEvaluatedError as exc:
+        _fail(exc, code=1)
     report.settings["anchor_sets"] = list(texts.provenance)
     paths = write_report(report, out)
     for title, (text, means), compact in (
@@ -340,3 +404,7 @@ def runtime_command(
 from chexretrieve.evaluation.natural_commands import natural_command  # noqa: E402
 
 eval_app.command("natural")(natural_command)
+
+from chexretrieve.evaluation.density_commands import density_command  # noqa: E402
+
+eval_app.command("density")(density_command)

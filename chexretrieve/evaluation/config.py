@@ -14,6 +14,10 @@ from chexretrieve.geometry import GEOMETRIES
 #: every geometry the evaluation knows, in its spelling (``posterior_*`` fit the broad corpus as
 #: prior first; ``*_posterior``, the search spelling, is accepted as the same geometry)
 ALL_GEOMETRIES: tuple[str, ...] = tuple(g.prefixed for g in GEOMETRIES)
+#: values of ProtocolConfig.views
+VIEW_CHOICES: tuple[str, ...] = ("frontal", "lateral", "all")
+#: values of IntervalConfig.unit
+BOOTSTRAP_UNITS: tuple[str, ...] = ("patient", "image")
 
 
 @dataclass(frozen=True)
@@ -28,10 +32,15 @@ class ProtocolConfig:
     blank_as: str = "negative"
     # uncertain (-1) label on a key: "drop" (the paper), "negative" (U-Zeros), "positive" (U-Ones)
     uncertain_as: str = "drop"
-    # keep only frontal images when the labels have a view column (CheXpert "Frontal/Lateral")
-    frontal_only: bool = False
+    # views used as queries and keys: "frontal" (as CheXzero evaluates), "lateral" or "all"; read
+    # from view_group (a store), Frontal/Lateral (CheXpert) or ViewPosition; an image of unknown
+    # view is left out unless "all" (a source recording no view at all is used whole)
+    views: str = "frontal"
+    # proceed although the query and key splits share patients (refused otherwise; the report
+    # states the overlap)
+    allow_patient_overlap: bool = False
     # a finding with fewer queries than this is reported as skipped instead of scored
-    min_queries: int = 1
+    min_queries: int = 10
     # a finding with fewer relevant keys than this is reported as skipped instead of scored
     min_relevant_keys: int = 1
 
@@ -41,6 +50,13 @@ class ProtocolConfig:
         if self.uncertain_as not in ("drop", "negative", "positive"):
             raise ValueError(
                 f"uncertain_as must be 'drop', 'negative' or 'positive', got {self.uncertain_as!r}"
+            )
+        if self.views not in VIEW_CHOICES:
+            raise ValueError(f"views must be one of {', '.join(VIEW_CHOICES)}, got {self.views!r}")
+        if self.min_queries < 1 or self.min_relevant_keys < 1:
+            raise ValueError(
+                f"min_queries and min_relevant_keys must be at least 1, got {self.min_queries} "
+                f"and {self.min_relevant_keys}"
             )
         if self.key_split == self.query_split:
             raise ValueError(
@@ -62,8 +78,13 @@ class IntervalConfig:
     query_resampling: str = "shared"
     # seed of the bootstrap's random generator
     seed: int = 0
+    # what a replicate resamples: "patient" (a cluster bootstrap: every drawn patient brings all
+    # its query images; images without a patient id are their own patient) or "image"
+    unit: str = "patient"
 
     def __post_init__(self) -> None:
+        if self.unit not in BOOTSTRAP_UNITS:
+            raise ValueError(f"unit must be one of {', '.join(BOOTSTRAP_UNITS)}, got {self.unit!r}")
         if self.n_bootstrap < 1:
             raise ValueError(f"n_bootstrap must be at least 1, got {self.n_bootstrap}")
         if not 0.0 < self.confidence < 1.0:
@@ -147,7 +168,9 @@ class PosteriorConfig:
     repeats: int = 3
     # target-only models; each one with a posterior_ twin is also run adapted from the broad corpus
     geometries: tuple[str, ...] = ("softmax", "gaussian", "latent_spherical", "gmm")
-    # posterior models (specs); empty: the posterior_ twin of each target-only model that has one
+    # posterior models (specs); empty: the posterior_ twin of each target-only model that has one.
+    # The posterior latent models' default k is the 95%-variance rule on the posterior Bingham
+    # matrix ("posterior_latent_spherical:k=32" sets it); k = d ranks as cosine and is refused
     posterior_geometries: tuple[str, ...] = ()
     # findings averaged over (empty: the retrieval evaluation's findings)
     findings: tuple[str, ...] = ()

@@ -2,8 +2,8 @@
 (Fig. 5). Each returns a tidy frame of mean AUPRC with bootstrap intervals, ready to plot.
 
 Cells of the intervals: (checkpoint, anchor variant) for mixing; (checkpoint, random anchor draw)
-for the budget and posterior curves; queries are resampled as in ``intervals``. Curves averaged over
-findings use ``bootstrap_mean_of_findings``.
+for the budget and posterior curves; patients (or images: ``IntervalConfig.unit``) are resampled as
+in ``intervals``. Curves averaged over findings use ``bootstrap_mean_of_findings``.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from chexretrieve.evaluation.cohort import query_clusters
 from chexretrieve.evaluation.config import (
     BudgetConfig,
     IntervalConfig,
@@ -109,8 +110,11 @@ def mixing_experiment(
                         cells[(finding, float(p), coordinate_name)].append(ap_n)
                         progress.advance(bar)
     rows = []
+    queries_of = {f: finding_task(archive, f, protocol).query_index for f in findings}
+    queries_of[coordinate_name] = nuisance_task.query_index
     for i, ((finding, p, coordinate), aps) in enumerate(cells.items()):
-        interval = bootstrap_mean(np.vstack(aps), intervals, seed_offset=i)
+        clusters = query_clusters(archive, queries_of[coordinate], intervals.unit)
+        interval = bootstrap_mean(np.vstack(aps), intervals, seed_offset=i, clusters=clusters)
         rows.append(_row(interval, finding=finding, p=p, coordinate=coordinate))
     return pd.DataFrame(rows)
 
@@ -195,12 +199,20 @@ def anchor_curve(
         if not by_finding:
             continue
         matrices = {f: np.vstack(aps) for f, aps in by_finding.items()}
+        clusters = {
+            f: query_clusters(archive, tasks[f].query_index, intervals.unit) for f in matrices
+        }
         for j, (finding, matrix) in enumerate(matrices.items()):
-            interval = bootstrap_mean(matrix, intervals, seed_offset=10_000 + 100 * i + j)
+            interval = bootstrap_mean(
+                matrix, intervals, seed_offset=10_000 + 100 * i + j, clusters=clusters[finding]
+            )
             rows.append(_row(interval, finding=finding, geometry=geometry, n_anchors=n))
         if len(matrices) == len(tasks):  # the average only where every finding has this count
             interval = bootstrap_mean_of_findings(
-                list(matrices.values()), intervals, seed_offset=20_000 + i
+                list(matrices.values()),
+                intervals,
+                seed_offset=20_000 + i,
+                clusters=None if intervals.unit != "patient" else list(clusters.values()),
             )
             rows.append(_row(interval, finding=AVERAGE, geometry=geometry, n_anchors=n))
     frame = pd.DataFrame(rows)

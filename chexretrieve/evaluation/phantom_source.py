@@ -7,7 +7,8 @@ follows CheXpert: training-split images carry the CheXpert-style *reported* labe
 from the synthetic report), validation-split images their TRUE 0/1 labels (``valid.csv``, the way
 CheXpert's validation set is radiologist-labelled), so queries and their relevance come from the
 truth (``validation_labels="reported"`` keeps the report labels there too). The split is the
-generator's patient-level split; ``AP/PA``, ``Sex`` and ``Age`` are kept as nuisance coordinates;
+generator's patient-level split; ``patient_id`` (a patient has 1-4 studies: the bootstrap's
+cluster); ``AP/PA``, ``Sex`` and ``Age`` are kept as nuisance coordinates;
 ``truth: <finding>`` columns hold the true presence of every image. Labels and embeddings are cached
 per (encoder, seed, n, labels, config).
 
@@ -55,6 +56,7 @@ def _generate_chunk(
             {
                 "image_id": f"phantom-{seed}-{index:06d}",
                 "split": split,
+                "patient_id": case.metadata["patient_id"],
                 **labels,
                 "AP/PA": case.metadata["view"],
                 "Sex": case.metadata["sex"],
@@ -104,6 +106,8 @@ def phantom_source(
         cache.put(key, embeddings)
         if labels_path is not None:
             write_atomically(labels_path, lambda tmp: table.to_csv(tmp, index=False))
+    if "patient_id" not in table.columns:  # caches written before patients were kept
+        table = table.assign(patient_id=phantom_patient_ids(config.seed, table["image_id"]))
     labels = table.drop(columns=["image_id", "split"]).reset_index(drop=True)
     archive = LabelledArchive(
         table["image_id"].astype(str).to_numpy(), table["split"].astype(str).to_numpy(), labels
@@ -111,6 +115,15 @@ def phantom_source(
     bank = embed_anchor_bank(encoder, texts, cache, show_progress)
     view = EncodedView(encoder.encoder_id, float(encoder.inv_temperature), embeddings, bank)
     return archive, [view]
+
+
+def phantom_patient_ids(seed: int, image_ids) -> list[str]:
+    """The patient of each phantom image id ``phantom-SEED-INDEX`` (no image is rendered)."""
+    from chexretrieve.phantom import PhantomConfig
+    from chexretrieve.phantom.sampling import patient_of
+
+    config = PhantomConfig()
+    return [patient_of(seed, int(str(i).rsplit("-", 1)[1]), config).patient_id for i in image_ids]
 
 
 def encoder_training_seed(encoder) -> int | None:

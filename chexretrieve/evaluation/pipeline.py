@@ -17,6 +17,7 @@ from chexretrieve.evaluation.experiments import (
 from chexretrieve.evaluation.geometries import Fitter
 from chexretrieve.evaluation.inputs import EncodedView
 from chexretrieve.evaluation.protocol import LabelledArchive
+from chexretrieve.evaluation.protocol_text import interval_paragraph, protocol_paragraph
 from chexretrieve.evaluation.report import EvaluationReport
 from chexretrieve.evaluation.runner import run_retrieval
 from chexretrieve.evaluation.runtime import time_retrieval
@@ -33,6 +34,10 @@ from chexretrieve.evaluation.temperature import (
 )
 
 
+class NothingEvaluatedError(ValueError):
+    """No finding could be scored (every one skipped); the message lists why."""
+
+
 def evaluate(
     archive: LabelledArchive,
     views: Sequence[EncodedView],
@@ -43,14 +48,24 @@ def evaluate(
     source: str,
     fitter: Fitter | None = None,
     show_progress: bool = True,
+    broad_sets: Sequence[str] | None = None,
 ) -> EvaluationReport:
     """Run the tables and every experiment of ``plan``; an experiment that cannot run on this
-    data (no nuisance anchors, no broad corpus) is skipped with a note in the report."""
+    data (no nuisance anchors, no broad corpus) is skipped with a note in the report.
+
+    ``broad_sets``: the keys of the broad anchor sets pooled as the posterior models' prior (named
+    in the Protocol paragraph). PatientOverlapError when the splits share patients (unless the
+    protocol allows it); NothingEvaluatedError when no finding could be scored."""
     from threadpoolctl import threadpool_limits  # installed with scikit-learn
 
     with threadpool_limits(plan.blas_threads):
         report = _tables_and_curves(archive, views, plan, fitter, show_progress)
     report.title, report.command, report.source = title, command, source
+    run, config = report.run, plan.retrieval
+    posterior_used = any(s.posterior for s in run.geometries) or report.posterior is not None
+    report.protocol = protocol_paragraph(config.protocol, run.cohort, broad_sets, posterior_used)
+    report.interval_text = interval_paragraph(config.intervals, run.cohort)
+    report.settings["broad_sets"] = list(broad_sets or [])
     if "runtime" in plan.experiments:
         report.runtime = time_retrieval(plan.runtime, fitter=fitter, show_progress=show_progress)
     return report
@@ -65,6 +80,14 @@ def _tables_and_curves(
 ) -> EvaluationReport:
     config = plan.retrieval
     run = run_retrieval(archive, views, config, fitter=fitter, show_progress=show_progress)
+    if run.per_query.empty:
+        reasons = "; ".join(f"{what}: {why}" for what, why in run.skipped) or "no findings"
+        raise NothingEvaluatedError(
+            f"nothing could be evaluated: every finding was skipped ({reasons}). Check the "
+            f"splits (query split {config.protocol.query_split!r}, key split "
+            f"{config.protocol.key_split!r}), the views ({config.protocol.views!r}) and "
+            f"min_queries ({config.protocol.min_queries})"
+        )
     pairs = list(dict.fromkeys(table2_pairs(run) + table3_pairs(run)))
     report = EvaluationReport(
         title="",

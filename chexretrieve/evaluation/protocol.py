@@ -10,7 +10,9 @@ Finding labels follow CheXpert: 1 positive, 0 negative, -1 uncertain, blank (NaN
 * keys   = images of ``key_split`` (default "train"); uncertain labels handled by ``uncertain_as``
   (default: the key is dropped for that finding); blanks by ``blank_as`` (default: negative);
 * queries = images of ``query_split`` (default "valid") labelled 1; uncertain or blank never query;
-* relevance = key label 1 (after the rules above).
+* relevance = key label 1 (after the rules above);
+* both only among the images of the configured views (``views``, default frontal), and only
+  when the two splits share no patient (or the overlap is allowed): see ``evaluation.cohort``.
 """
 
 from __future__ import annotations
@@ -21,8 +23,6 @@ import numpy as np
 import pandas as pd
 
 from chexretrieve.evaluation.config import ProtocolConfig
-
-_VIEW_COLUMNS = ("Frontal/Lateral", "view_position_group", "frontal_lateral")
 
 
 @dataclass(frozen=True)
@@ -104,25 +104,26 @@ def _finding_column(labels: pd.DataFrame, finding: str) -> pd.Series:
     return values
 
 
-def _frontal_mask(archive: LabelledArchive) -> np.ndarray:
-    for column in _VIEW_COLUMNS:
-        if column in archive.labels.columns:
-            return (
-                archive.labels[column].astype(str).str.lower().str.startswith("frontal").to_numpy()
-            )
-    raise ValueError(
-        "frontal_only is set but the labels have no view column "
-        f"(looked for {', '.join(_VIEW_COLUMNS)}); unset frontal_only or add the column"
-    )
+def _usable(archive: LabelledArchive, config: ProtocolConfig, usable) -> np.ndarray:
+    """The images in the configured views (evaluation.cohort), unless the caller passes them."""
+    if usable is not None:
+        return np.asarray(usable, dtype=bool)
+    from chexretrieve.evaluation.cohort import select_cohort
+
+    return select_cohort(archive, config).usable
 
 
-def finding_task(archive: LabelledArchive, finding: str, config: ProtocolConfig) -> RetrievalTask:
-    """Queries = query-split positives; keys = key split after the uncertain/blank rules."""
+def finding_task(
+    archive: LabelledArchive,
+    finding: str,
+    config: ProtocolConfig,
+    usable: np.ndarray | None = None,
+) -> RetrievalTask:
+    """Queries = query-split positives; keys = key split after the uncertain/blank rules; both
+    among ``usable`` images (default: the configured views, patient overlap checked)."""
     values = _finding_column(archive.labels, finding).to_numpy(dtype=np.float64)
     splits = np.asarray(archive.splits).astype(str)
-    usable = np.ones(len(archive), dtype=bool)
-    if config.frontal_only:
-        usable &= _frontal_mask(archive)
+    usable = _usable(archive, config, usable)
 
     key_values = values.copy()
     blank = np.isnan(key_values)
@@ -152,6 +153,7 @@ def category_task(
     config: ProtocolConfig | None = None,
     *,
     leave_one_out: bool = False,
+    usable: np.ndarray | None = None,
 ) -> RetrievalTask:
     """A categorical coordinate: relevant keys share the query's value of ``column``.
 
@@ -173,9 +175,7 @@ def category_task(
     if config is None:
         raise ValueError("category_task needs a ProtocolConfig unless leave_one_out is set")
     splits = np.asarray(archive.splits).astype(str)
-    usable = labelled.copy()
-    if config.frontal_only:
-        usable &= _frontal_mask(archive)
+    usable = labelled & _usable(archive, config, usable)
     key_index = np.flatnonzero(usable & (splits == config.key_split))
     query_index = np.flatnonzero(usable & (splits == config.query_split))
     return RetrievalTask(column, query_index, key_index, codes[query_index], codes[key_index])

@@ -3,9 +3,14 @@
 Layout of ``OUT/``::
 
     report.md  report.html  manifest.json
+    queries.csv             every (finding, query): store/archive id, data-set path or id (image),
+                            patient, study, view, split
+    keys.csv                every key image (same columns) and its relevance label per finding
+                            (1 relevant, 0 not, blank: not a key for that finding)
     tables/    data.csv  auprc.csv  differences.csv  table2.csv  table3.csv  auprc_wide.csv
                mixing.csv  budget.csv  posterior.csv  temperature.csv  runtime.csv  (those run)
-    per_query_ap.csv.gz     every (finding, checkpoint, variant, geometry, query) AP
+    per_query_ap.csv.gz     every (finding, checkpoint, variant, geometry, query) AP, with the
+                            query's data-set path or id (image) and patient
     figures/   *.png        (also embedded in report.html as base64)
 """
 
@@ -63,6 +68,8 @@ class EvaluationReport:
     settings: dict[str, Any] = field(default_factory=dict)  # config dataclasses, for the manifest
     notes: list[str] = field(default_factory=list)  # extra paragraphs (e.g. natural-image protocol)
     extra_tables: dict[str, pd.DataFrame] = field(default_factory=dict)  # title -> table
+    protocol: str = ""  # the Protocol paragraph from the settings used (protocol_text); "": generic
+    interval_text: str = ""  # the Intervals paragraph likewise
 
 
 def _json_default(value: Any) -> Any:
@@ -194,6 +201,9 @@ def _sections(report: EvaluationReport) -> list[tuple[str, str, Any]]:
             s.append(("AUPRC per geometry", "frame", auprc_wide(report.auprc, run.tasks)))
         if run.skipped:
             s.append(("Skipped", "text", "; ".join(f"{what}: {why}" for what, why in run.skipped)))
+        notes = _interval_notes(report)
+        if notes:
+            s.append(("Interval notes", "text", "; ".join(notes)))
     for title, table in report.extra_tables.items():
         s.append((title, "frame", table))
     if report.mixing is not None and not report.mixing.empty:
@@ -233,6 +243,22 @@ def _sections(report: EvaluationReport) -> list[tuple[str, str, Any]]:
     return s
 
 
+def _interval_notes(report: EvaluationReport) -> list[str]:
+    """Why an entry has no interval ("n/a"), once per finding and reason."""
+    found: dict[str, None] = {}
+    for frame in (report.auprc, report.differences):
+        if frame is None or frame.empty or "interval_note" not in frame.columns:
+            continue
+        for finding, note in zip(frame["finding"], frame["interval_note"], strict=True):
+            if isinstance(note, str) and note:
+                found[f"{finding}: {note}"] = None
+    return list(found)
+
+
+def _protocol_lines(report: EvaluationReport) -> tuple[str, str]:
+    return report.protocol or PROTOCOL_NOTE, report.interval_text or INTERVAL_NOTE
+
+
 def _frame_markdown(frame: pd.DataFrame) -> str:
     return to_markdown(frame.astype(str))
 
@@ -248,7 +274,8 @@ def render_markdown(report: EvaluationReport, figures: list[tuple[str, str, byte
     ]
     if report.run is not None:
         lines += [f"Checkpoints: {', '.join(report.run.checkpoints)}", ""]
-    lines += [f"Protocol: {PROTOCOL_NOTE}", "", f"Intervals: {INTERVAL_NOTE}", ""]
+    protocol, intervals = _protocol_lines(report)
+    lines += [f"Protocol: {protocol}", "", f"Intervals: {intervals}", ""]
     lines += [p + "\n" for p in report.notes]
     for heading, kind, payload in _sections(report):
         lines.append(f"## {heading}\n")
@@ -297,8 +324,8 @@ def render_html(report: EvaluationReport, figures: list[tuple[str, str, bytes]])
     if report.run is not None:
         parts.append(f"<p>Checkpoints: {e(', '.join(report.run.checkpoints))}</p>")
     parts += [
-        f"<p>Protocol: {_inline_code(PROTOCOL_NOTE)}</p>",
-        f"<p>Intervals: {_inline_code(INTERVAL_NOTE)}</p>",
+        f"<p>Protocol: {_inline_code(_protocol_lines(report)[0])}</p>",
+        f"<p>Intervals: {_inline_code(_protocol_lines(report)[1])}</p>",
     ]
     parts += [f"<p>{_inline_code(p)}</p>" for p in report.notes]
     for heading, kind, payload in _sections(report):
@@ -322,6 +349,18 @@ def render_html(report: EvaluationReport, figures: list[tuple[str, str, bytes]])
     return "\n".join(parts)
 
 
+def _named_per_query(run: RetrievalRun) -> pd.DataFrame:
+    """Per-query AP with each query's data-set path or id and patient beside its archive id."""
+    per_query = run.per_query
+    if run.queries.empty or per_query.empty:
+        return per_query
+    names = run.queries.drop_duplicates("query").set_index("query")
+    keep = [c for c in ("image", "patient") if c in names.columns]
+    named = per_query.join(names[keep], on="query")
+    order = ["finding", "checkpoint", "variant", "geometry", "query", *keep, "ap"]
+    return named[order + [c for c in named.columns if c not in order]]
+
+
 def write_report(report: EvaluationReport, out_dir: str | Path) -> dict[str, Path]:
     """Write the report folder; returns the main paths (markdown, html, manifest, tables...)."""
     out = Path(out_dir)
@@ -330,7 +369,11 @@ def write_report(report: EvaluationReport, out_dir: str | Path) -> dict[str, Pat
     run = report.run
     if run is not None:
         run.tasks.to_csv(tables / "data.csv", index=False)
-        run.per_query.to_csv(out / "per_query_ap.csv.gz", index=False, compression="gzip")
+        _named_per_query(run).to_csv(out / "per_query_ap.csv.gz", index=False, compression="gzip")
+        if not run.queries.empty:
+            run.queries.to_csv(out / "queries.csv", index=False)
+        if not run.keys.empty:
+            run.keys.to_csv(out / "keys.csv", index=False)
         for name, (text, _) in (
             ("table2", table2_frames(report)),
             ("table3", table3_frames(report)),

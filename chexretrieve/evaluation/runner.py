@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from chexretrieve.evaluation.cohort import Cohort, dataset_names, select_cohort
 from chexretrieve.evaluation.config import RetrievalEvalConfig
 from chexretrieve.evaluation.geometries import Fitter, GeometrySpec, parse_geometry
 from chexretrieve.evaluation.inputs import EncodedView
@@ -29,6 +30,17 @@ class RetrievalRun:
     geometries: list[GeometrySpec]
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (what, why)
     checkpoints: list[str] = field(default_factory=list)
+    cohort: Cohort | None = None  # views used, patients, the splits' overlap
+    # one row per (finding, query): query (archive id), image (data-set path or id), patient,
+    # view, split; and one row per key image with its relevance label per evaluated finding
+    queries: pd.DataFrame = field(default_factory=pd.DataFrame)
+    keys: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+    def query_patients(self) -> dict[str, str]:
+        """Archive id of every query -> its patient (the cluster bootstrap's unit)."""
+        if self.queries.empty:
+            return {}
+        return dict(zip(self.queries["query"], self.queries["patient"], strict=True))
 
 
 def _inv_temperature(view: EncodedView, config: RetrievalEvalConfig) -> float:
@@ -55,14 +67,22 @@ def run_retrieval(
         skipped += [(s.name, "no broad anchor corpus for the prior") for s in specs if s.posterior]
         specs = [s for s in specs if not s.posterior]
 
+    cohort = select_cohort(archive, config.protocol)  # PatientOverlapError when splits leak
     tasks, task_rows = {}, []
     for finding in config.findings:
-        task = finding_task(archive, finding, config.protocol)
+        task = finding_task(archive, finding, config.protocol, cohort.usable)
         row = {"finding": finding, **task_summary(task)}
         row.pop("coordinate")
         task_rows.append(row)
         if task.n_queries < config.protocol.min_queries:
-            skipped.append((finding, f"{task.n_queries} queries in the query split"))
+            n = task.n_queries
+            skipped.append(
+                (
+                    finding,
+                    f"{n} {'query' if n == 1 else 'queries'} in the query split, fewer than "
+                    f"min_queries = {config.protocol.min_queries}",
+                )
+            )
         elif row["n_relevant_keys"] < config.protocol.min_relevant_keys:
             skipped.append((finding, f"{row['n_relevant_keys']} positive keys"))
         elif not all(finding in v.anchors.findings and v.anchors.findings[finding] for v in views):
@@ -131,13 +151,58 @@ def run_retrieval(
         drop = per_query[["finding", "geometry"]].apply(tuple, axis=1).isin(set(failed))
         per_query = per_query[~drop].reset_index(drop=True)
         skipped += [(f"{g} on {f}", why) for (f, g), why in failed.items()]
+    queries, keys = _query_and_key_lists(archive, cohort, tasks)
     return RetrievalRun(
         per_query=per_query,
         tasks=pd.DataFrame(task_rows),
         geometries=specs,
         skipped=skipped,
         checkpoints=[v.encoder_id for v in views],
+        cohort=cohort,
+        queries=queries,
+        keys=keys,
     )
+
+
+def _image_columns(archive: LabelledArchive, cohort: Cohort, rows: np.ndarray) -> dict:
+    labels = archive.labels
+    out = {
+        "query": np.asarray(archive.image_ids).astype(str)[rows],
+        "image": dataset_names(archive)[rows],
+        "patient": cohort.patients[rows],
+    }
+    if "study_id" in labels.columns:
+        out["study"] = labels["study_id"].to_numpy(dtype=object)[rows]
+    from chexretrieve.evaluation.cohort import view_groups
+
+    groups, _ = view_groups(labels)
+    if groups is not None:
+        out["view"] = groups[rows]
+    out["split"] = np.asarray(archive.splits).astype(str)[rows]
+    return out
+
+
+def _query_and_key_lists(archive, cohort, tasks) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The queries of every evaluated finding, and every key with its relevance per finding
+    (1 relevant, 0 not, blank: not a key for that finding)."""
+    query_frames = [
+        pd.DataFrame({"finding": finding, **_image_columns(archive, cohort, task.query_index)})
+        for finding, task in tasks.items()
+    ]
+    queries = (
+        pd.concat(query_frames, ignore_index=True)
+        if query_frames
+        else pd.DataFrame(columns=["finding", "query", "image", "patient", "split"])
+    )
+    if not tasks:
+        return queries, pd.DataFrame(columns=["query", "image", "patient", "split"])
+    rows = np.unique(np.concatenate([t.key_index for t in tasks.values()]))
+    keys = pd.DataFrame(_image_columns(archive, cohort, rows)).rename(columns={"query": "key"})
+    for finding, task in tasks.items():
+        column = pd.Series(np.nan, index=rows)
+        column[task.key_index] = task.key_class
+        keys[finding] = column.to_numpy()
+    return queries, keys
 
 
 def _variants(view: EncodedView, finding: str, config: RetrievalEvalConfig):

@@ -46,6 +46,7 @@ class AnchorTexts:
     broad: tuple[str, ...] = ()  # the broad clinical corpus (prior of the posterior models)
     nuisance: dict[str, tuple[str, ...]] = field(default_factory=dict)  # context -> sentences
     provenance: tuple[str, ...] = ()  # id@version of every set used
+    broad_sets: tuple[str, ...] = ()  # id@version of the broad sets pooled into ``broad``
 
 
 def load_anchor_texts(
@@ -53,8 +54,10 @@ def load_anchor_texts(
     findings: Sequence[str] = FINDINGS,
     max_variants: int | None = None,
 ) -> AnchorTexts:
-    """Newest version of every variant per finding, every broad/... and nuisance/... context."""
+    """Newest version of every variant per finding and nuisance/... context; the broad prior
+    as ``chexretrieve.anchors.broad_prior`` rules (the same one search uses)."""
     from chexretrieve.anchors import find_anchor_sets, latest_variants
+    from chexretrieve.anchors.broad_prior import broad_prior_sets, prior_sentences
 
     found: dict[str, tuple] = {}
     keys: list[str] = []
@@ -65,18 +68,16 @@ def load_anchor_texts(
         found[finding] = tuple((s.variant or s.key, s.sentences) for s in sets)
         keys += [s.key for s in sets]
     contexts = sorted({s.context for s in find_anchor_sets(root) if s.context})
-    broad: list[str] = []
     nuisance: dict[str, tuple[str, ...]] = {}
     for context in contexts:
-        if context.startswith("broad/"):
-            for s in latest_variants(context, root):
-                broad += s.sentences
-                keys.append(s.key)
-        elif context.startswith("nuisance/"):
+        if context.startswith("nuisance/"):
             sets = latest_variants(context, root)
             nuisance[context] = tuple(t for s in sets for t in s.sentences)
             keys += [s.key for s in sets]
-    return AnchorTexts(found, tuple(dict.fromkeys(broad)), nuisance, tuple(keys))
+    prior = broad_prior_sets(root)
+    keys += [s.key for s in prior]
+    broad_keys = [s.key for s in prior]
+    return AnchorTexts(found, prior_sentences(prior), nuisance, tuple(keys), tuple(broad_keys))
 
 
 # ------------------------------------------------------------------------------------ caching
@@ -211,6 +212,38 @@ def _resolve_paths(root: Path, column: pd.Series) -> list[Path]:
     )
 
 
+def chexpert_structure(table: pd.DataFrame) -> pd.DataFrame:
+    """Patient, study, view, sex, age and data-set path of each CheXpert row, under the names a
+    store's labels frame uses (patient_id, study_id, view_group, view_position, sex, age,
+    dataset_path). ``Path`` is
+    ``[CheXpert-v1.0-small/]{split}/patientNNNNN/studyM/viewK_frontal.jpg``; the view comes from
+    ``Frontal/Lateral`` (else the file name), the projection from ``AP/PA``."""
+    paths = table["Path"].astype(str)
+    parts = paths.str.extract(r"(?:^|/)(patient\d+)/(study\d+)/([^/]+)$")
+    patient = parts[0]
+    study = (parts[0] + "/" + parts[1]).where(parts[0].notna() & parts[1].notna())
+    if "Frontal/Lateral" in table.columns:
+        view = table["Frontal/Lateral"].astype("string").str.strip().str.lower()
+    else:
+        view = pd.Series(pd.NA, index=table.index, dtype="string")
+    from_name = parts[2].str.extract(r"_(frontal|lateral)", expand=False)
+    view = view.where(view.isin(["frontal", "lateral"]), from_name).fillna("")
+    out = pd.DataFrame(
+        {
+            "patient_id": patient,
+            "study_id": study,
+            "view_group": view.astype(str),
+            "view_position": table["AP/PA"] if "AP/PA" in table.columns else pd.NA,
+            "sex": table["Sex"] if "Sex" in table.columns else pd.NA,
+            "age": pd.to_numeric(table["Age"], errors="coerce")
+            if "Age" in table.columns
+            else np.nan,
+            "dataset_path": paths,
+        }
+    )
+    return out
+
+
 def read_chexpert_folder(
     root: str | Path, *, max_images_per_split: int | None = None, seed: int = 0
 ) -> tuple[LabelledArchive, list[Path]]:
@@ -241,6 +274,7 @@ def read_chexpert_folder(
     for finding in present:
         labels[finding] = pd.to_numeric(labels[finding], errors="coerce")
     labels = labels.reset_index(drop=True)
+    labels = pd.concat([labels, chexpert_structure(table.reset_index(drop=True))], axis=1)
     archive = LabelledArchive(
         table["Path"].astype(str).to_numpy(), table["_split"].to_numpy(), labels
     )
@@ -288,6 +322,17 @@ def _check_distinct(views: Sequence[EncodedView]) -> None:
 
 
 # ---------------------------------------------------------------------------------- the store
+#: label-frame column <- gallery metadata column, used when the labels frame lacks it
+_STORE_FALLBACKS = (
+    ("view_position", "view_position"),
+    ("patient_id", "patient_id"),
+    ("study_id", "study_uid"),
+    ("sex", "patient_sex"),
+    ("age", "patient_age_years"),
+    ("dataset_path", "source_path"),
+)
+
+
 def store_source(
     url: str,
     encoder_specs: Sequence[str],
@@ -295,8 +340,11 @@ def store_source(
     *,
     encoder_config=None,
     cache_dir: str | Path | None = None,
+    notes: list[str] | None = None,
 ) -> tuple[LabelledArchive, list[EncodedView]]:
-    """Images embedded by every encoder (intersection), labels and splits from a store."""
+    """Images embedded by every encoder (intersection) that have a label row, with their labels
+    and splits, from a store. An image without any label row (a study missing from the label
+    files) is neither query nor key; how many were left out is appended to ``notes``."""
     from chexretrieve.encoders import load_encoder
     from chexretrieve.store import StoreConfig, open_store
 
@@ -306,7 +354,7 @@ def store_source(
     try:
         encoders = [load_encoder(spec, config=encoder_config) for spec in encoder_specs]
         galleries = [store.gallery(e.encoder_id) for e in encoders]
-        labels = store.labels_frame()
+        labels = store.labels_frame(metadata=True)  # patient, study, view, split, path
     finally:
         store.close()
     common = set(galleries[0].image_ids.tolist())
@@ -315,11 +363,33 @@ def store_source(
     ids = np.array(sorted(common), dtype=np.int64)
     if len(ids) == 0:
         raise ValueError(f"the store at {url} holds no image embedded by all of {encoder_specs}")
+    labelled = np.isin(ids, labels.index.to_numpy(dtype=np.int64))
+    if not labelled.any():
+        raise ValueError(
+            f"none of the {len(ids)} embedded images in the store at {url} has labels; ingest "
+            "them with their label files (--labels) first"
+        )
+    if notes is not None and not labelled.all():
+        notes.append(
+            f"{int((~labelled).sum())} embedded images have no labels in the store and were "
+            "left out (neither queries nor keys)"
+        )
+    ids = ids[labelled]
     meta = galleries[0].metadata.loc[ids]
     frame = labels.reindex(ids)
-    frame = frame.assign(view_position=meta["view_position"].to_numpy())
+    # a store ingested before data-set ingest kept patient, view and path only in the metadata
+    for column, source in _STORE_FALLBACKS:
+        if source not in meta.columns:
+            continue
+        if column not in frame:
+            frame[column] = meta[source].to_numpy()
+        else:  # fill the gaps only
+            frame[column] = frame[column].where(frame[column].notna(), meta[source].to_numpy())
     frame = frame.reset_index(drop=True)
     splits = meta["split"].fillna("").astype(str).to_numpy()
+    if "split" in frame.columns:  # the labels frame's split, where it has one
+        given = frame["split"].fillna("").astype(str).to_numpy()
+        splits = np.where(given != "", given, splits)
     archive = LabelledArchive(ids.astype(str), splits, frame)
     cache = EmbeddingCache(cache_dir)
     views = []

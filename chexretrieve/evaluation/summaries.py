@@ -4,7 +4,8 @@ Table 2 of the paper: softmax - cosine and softmax - ITI per finding. Table 3: e
 here also MovMF and posterior) geometry - cosine. Each entry is the mean over (variant, checkpoint)
 cells and queries with the bootstrap interval of ``chexretrieve.evaluation.intervals``. The
 "Average" row averages the findings with equal weight; its cells are the (checkpoint, k-th
-variant) pairs present for every finding.
+variant) pairs present for every finding. The bootstrap resamples patients (``IntervalConfig.unit``
+"patient", the query's ``patient`` in ``RetrievalRun.queries``) or images.
 """
 
 from __future__ import annotations
@@ -60,11 +61,24 @@ def _stat_row(finding: str, interval, **extra) -> dict:
         "high": interval.high,
         "n_cells": interval.n_cells,
         "n_queries": interval.n_queries,
+        "n_patients": interval.n_patients,
+        "interval_note": interval.note,
     }
 
 
+def clusters_of(run: RetrievalRun, config: IntervalConfig, query_ids) -> list[str] | None:
+    """The bootstrap cluster of each query id: its patient (unit "patient"), or None (images)."""
+    if config.unit != "patient":
+        return None
+    patients = run.query_patients()
+    return [patients.get(str(q), f"image:{q}") for q in query_ids]
+
+
 def _with_average(
-    matrices: dict[str, pd.DataFrame], config: IntervalConfig, seed_offset: int
+    matrices: dict[str, pd.DataFrame],
+    config: IntervalConfig,
+    seed_offset: int,
+    run: RetrievalRun | None = None,
 ) -> dict | None:
     if len(matrices) < 2:
         return None
@@ -74,8 +88,14 @@ def _with_average(
         common = common.intersection(m.index)
     if len(common) == 0:
         return None
+    clusters = None if run is None else [clusters_of(run, config, m.columns) for m in ranked]
+    if clusters is not None and any(c is None for c in clusters):
+        clusters = None
     return bootstrap_mean_of_findings(
-        [m.loc[common].to_numpy() for m in ranked], config, seed_offset=seed_offset
+        [m.loc[common].to_numpy() for m in ranked],
+        config,
+        seed_offset=seed_offset,
+        clusters=clusters,
     )
 
 
@@ -90,11 +110,16 @@ def auprc_table(run: RetrievalRun, config: IntervalConfig) -> pd.DataFrame:
                 continue
             m = ap_matrix(run.per_query, finding, spec.name)
             matrices[finding] = m
-            interval = bootstrap_mean(m.to_numpy(), config, seed_offset=1000 * g_i + f_i)
+            interval = bootstrap_mean(
+                m.to_numpy(),
+                config,
+                seed_offset=1000 * g_i + f_i,
+                clusters=clusters_of(run, config, m.columns),
+            )
             rows.append(_stat_row(finding, interval, geometry=spec.name))
         # the average only over the full set of findings (a partial average would not compare)
         full = len(matrices) == len(findings)
-        avg = _with_average(matrices, config, seed_offset=1000 * g_i + 999) if full else None
+        avg = _with_average(matrices, config, 1000 * g_i + 999, run) if full else None
         if avg is not None:
             rows.append(_stat_row(AVERAGE, avg, geometry=spec.name))
     return pd.DataFrame(rows)
@@ -125,10 +150,15 @@ def difference_table(
                 )
             diff = a - b
             matrices[finding] = diff
-            interval = bootstrap_mean(diff.to_numpy(), config, seed_offset=7919 * (p_i + 1) + f_i)
+            interval = bootstrap_mean(
+                diff.to_numpy(),
+                config,
+                seed_offset=7919 * (p_i + 1) + f_i,
+                clusters=clusters_of(run, config, diff.columns),
+            )
             rows.append(_stat_row(finding, interval, geometry=geometry, reference=reference))
         full = len(matrices) == len(findings)
-        avg = _with_average(matrices, config, seed_offset=7919 * (p_i + 1) + 999) if full else None
+        avg = _with_average(matrices, config, 7919 * (p_i + 1) + 999, run) if full else None
         if avg is not None:
             rows.append(_stat_row(AVERAGE, avg, geometry=geometry, reference=reference))
     return pd.DataFrame(rows)

@@ -31,6 +31,8 @@ def _fmt(mean: float, low: float, high: float, signed: bool) -> str:
     if np.isnan(mean):
         return "-"
     s = "+" if signed else ""
+    if np.isnan(low) or np.isnan(high):  # too few patients: the reason is in the report's notes
+        return f"{mean:{s}.3f} [n/a]"
     return f"{mean:{s}.3f} [{low:{s}.3f}, {high:{s}.3f}]"
 
 

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from chexretrieve.evaluation.cohort import query_clusters
 from chexretrieve.evaluation.config import IntervalConfig, ProtocolConfig, TemperatureConfig
 from chexretrieve.evaluation.geometries import Fitter, fit_spec, parse_geometry
 from chexretrieve.evaluation.inputs import EncodedView
@@ -111,7 +112,15 @@ def temperature_experiment(
     rows = []
     for i, ((geometry, inv_t), by_finding) in enumerate(cells.items()):
         matrices = [np.vstack(aps) for aps in by_finding.values()]
-        interval = bootstrap_mean_of_findings(matrices, intervals, seed_offset=30_000 + i)
+        clusters = [
+            query_clusters(archive, tasks[f].query_index, intervals.unit) for f in by_finding
+        ]
+        interval = bootstrap_mean_of_findings(
+            matrices,
+            intervals,
+            seed_offset=30_000 + i,
+            clusters=None if intervals.unit != "patient" else clusters,
+        )
         rows.append(
             {
                 "finding": AVERAGE,

@@ -14,6 +14,8 @@ kind                    anchor model q, and what the divergence becomes
 ``gaussian``            N(μ, Σ): (inv_t²/2)(λ1 − λ2)ᵀΣ(λ1 − λ2)
 ``latent_gaussian``     Gaussian on the top-k anchor subspace U: (inv_t²/2)‖Uᵀ(λ1 − λ2)‖²
 ``latent_spherical``    uniform on the unit sphere of U: inv_t·A_k(inv_t)·(1 − cos(Uᵀλ1, Uᵀλ2))
+                        (k by the 95%-variance rule unless given; k = d would rank exactly as
+                        cosine and is refused: ``CosineEquivalentGeometryError``)
 ``gmm``                 Gaussian mixture (EM): a non-quadratic Bregman divergence
 ``movmf``               von Mises–Fisher mixture on the sphere (EM): likewise
 ``cosine``, ``iti``     baselines, not divergences: cosine similarity; image-text inversion
@@ -39,7 +41,7 @@ This package imports only numpy, scipy and scikit-learn and does no I/O.
 """
 
 from chexretrieve.geometry.base import AnchorGeometry
-from chexretrieve.geometry.checks import UNIT_NORM_TOLERANCE
+from chexretrieve.geometry.checks import UNIT_NORM_TOLERANCE, CosineEquivalentGeometryError
 from chexretrieve.geometry.factory import fit_geometry, geometry_options
 from chexretrieve.geometry.names import (
     DIVERGENCE_KINDS,
@@ -60,6 +62,7 @@ __all__ = [
     "POSTERIOR_KINDS",
     "UNIT_NORM_TOLERANCE",
     "AnchorGeometry",
+    "CosineEquivalentGeometryError",
     "GeometryName",
     "fit_geometry",
     "geometry_name",

@@ -106,3 +106,23 @@ def numerical_rank(singular_or_eigen: np.ndarray, size: int) -> int:
         return 0
     cutoff = values[0] * max(size, 1) * np.finfo(np.float64).eps * 10
     return int((values > cutoff).sum())
+
+
+class CosineEquivalentGeometryError(ValueError):
+    """A fitted geometry whose ranking equals cosine's by construction (so it measures nothing
+    the cosine baseline does not): a latent model whose subspace is the whole embedding space.
+
+    With U (d, k) orthonormal and k = d, UUᵀ = I, so the latent Gaussian's
+    (inv_t²/2)‖Uᵀ(λ1 − λ2)‖² = inv_t²(1 − cos(λ1, λ2)) and the latent spherical model's
+    cos(Uᵀλ1, Uᵀλ2) = cos(λ1, λ2) for unit images: both rank every gallery exactly as cosine.
+    For k < d, UUᵀ ≠ I and the rankings differ. Search, the UI and the evaluation refuse such a
+    geometry with this error's message instead of showing cosine under another name.
+    """
+
+    def __init__(self, kind: str, k: int, dim: int, how: str):
+        self.kind, self.k, self.dim = kind, k, dim
+        super().__init__(
+            f"{kind} with k = {k} = d (k {how}) ranks exactly as cosine: its subspace is the "
+            f"whole {dim}-d embedding space, so ‖Uᵀ(λ1 − λ2)‖ = ‖λ1 − λ2‖. Use a smaller k (the "
+            "default picks k by the 95%-variance rule), or use cosine itself"
+        )

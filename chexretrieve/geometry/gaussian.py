@@ -22,9 +22,12 @@ Posterior models (a broad ``prior`` anchor set plus a few target anchors):
 * Latent models: matrix Bingham on the subspace. A = α U_broad U_broadᵀ (α = 50), updated to
   A_post = A + β Cov(targets); U_post = top-k eigenvectors of A_post. For the latent Gaussian
   β = (n/2)(1/ε − 1/(1 + ε)), ε = 1e-8 (the ambient surrogate's isotropic variance); for the latent
-  spherical model β is a free strength and defaults to the same value. k defaults to 128 for
-  posterior models, capped at the rank of the broad covariance (so in d ≤ 128 or with few broad
-  anchors k = that rank); U_broad is the top-k subspace of the broad covariance.
+  spherical model β is a free strength and defaults to the same value. k defaults to the
+  95%-variance rule on A_post (the smallest k whose top eigenvalues hold ``explained_variance`` of
+  its trace), and U_broad to the same rule on the broad covariance. (The paper's k = 128 equals
+  d for a 128-d encoder, where the model ranks exactly as cosine; an integer k is still accepted.)
+* A latent model with k = d ranks exactly as cosine (UUᵀ = I), by construction: it is refused
+  with :class:`~chexretrieve.geometry.checks.CosineEquivalentGeometryError`.
 * ``target_weight`` w scales the targets' evidence (n → w·n, S → w·S): w → 0 recovers the prior fit,
   large w the target-only fit.
 """
@@ -35,10 +38,12 @@ import numpy as np
 
 from chexretrieve.geometry.base import QuadraticGeometry
 from chexretrieve.geometry.bessel import bessel_ratio
-from chexretrieve.geometry.checks import check_positive_float, check_positive_int, numerical_rank
-
-#: latent dimension of the posterior latent models (the paper's adaptation experiments)
-POSTERIOR_LATENT_DIM = 128
+from chexretrieve.geometry.checks import (
+    CosineEquivalentGeometryError,
+    check_positive_float,
+    check_positive_int,
+    numerical_rank,
+)
 
 
 def mean_and_scatter(points: np.ndarray, weights: np.ndarray | None = None):
@@ -88,6 +93,13 @@ def check_nu0(nu0, dim: int) -> float:
             "the default is d + 20"
         )
     return nu0
+
+
+def _check_fraction(explained_variance) -> float:
+    explained_variance = check_positive_float(explained_variance, "explained_variance")
+    if explained_variance > 1:
+        raise ValueError(f"explained_variance is a fraction in (0, 1], got {explained_variance}")
+    return explained_variance
 
 
 def _need_distinct(anchors: np.ndarray, what: str) -> None:
@@ -165,13 +177,12 @@ class LatentGeometry(QuadraticGeometry):
     ):
         anchors = anchors.astype(np.float64)
         super().__init__(anchors.shape[1], inv_temperature, anchors)
-        #: k = "variance": choose k by the explained_variance rule on the matrix that defines the
-        #: subspace (the anchor covariance, or the posterior Bingham matrix with a prior)
-        by_variance = k == "variance"
-        if by_variance:
-            k = None
-        elif k is not None:
-            k = check_positive_int(k, "k")
+        #: k = None or "variance" (the default): choose k by the explained_variance rule on the
+        #: matrix that defines the subspace (the anchor covariance, or the posterior Bingham matrix
+        #: with a prior; then the prior's directions U_broad by the same rule on the broad
+        #: covariance); an integer k is used as given
+        given = k not in (None, "variance")
+        k = check_positive_int(k, "k") if given else None
         if prior is None:
             self.basis = self._fit_subspace(anchors, k, explained_variance)
         else:
@@ -183,18 +194,18 @@ class LatentGeometry(QuadraticGeometry):
                 epsilon,
                 beta,
                 target_weight,
-                explained_variance if by_variance else None,
+                explained_variance,
             )
         #: latent dimension
         self.k = self.basis.shape[1]
+        if self.k >= self.dim:
+            how = "as given" if given else "from the 95%-variance rule"
+            posterior = "posterior " if prior is not None else ""
+            raise CosineEquivalentGeometryError(posterior + self.kind, self.k, self.dim, how)
 
     def _fit_subspace(self, anchors, k, explained_variance) -> np.ndarray:
         _need_distinct(anchors, self.kind)
-        explained_variance = check_positive_float(explained_variance, "explained_variance")
-        if explained_variance > 1:
-            raise ValueError(
-                f"explained_variance is a fraction in (0, 1], got {explained_variance}"
-            )
+        explained_variance = _check_fraction(explained_variance)
         _, scatter, count = mean_and_scatter(anchors)
         values, vectors, rank = spectrum(scatter / count)
         if rank == 0:
@@ -212,7 +223,7 @@ class LatentGeometry(QuadraticGeometry):
         return vectors[:, :k].copy()
 
     def _fit_posterior_subspace(
-        self, targets, prior, k, alpha, epsilon, beta, weight, explained_variance=None
+        self, targets, prior, k, alpha, epsilon, beta, weight, explained_variance
     ):
         _need_distinct(prior, f"broad (prior) {self.kind}")
         alpha = check_positive_float(alpha, "alpha")
@@ -222,10 +233,11 @@ class LatentGeometry(QuadraticGeometry):
         values, vectors, broad_rank = spectrum(broad_scatter / broad_count)
         if broad_rank == 0:
             raise ValueError("the broad (prior) anchors are all identical; pass a broad anchor set")
-        if k is None:
-            k = min(POSTERIOR_LATENT_DIM, broad_rank)
-        broad_k = min(k, broad_rank)
-        if explained_variance is not None:  # the prior's directions by the same rule
+        explained_variance = _check_fraction(explained_variance)
+        by_variance = k is None
+        if not by_variance:
+            broad_k = min(k, broad_rank)
+        else:  # the prior's directions by the same rule
             broad_share = np.cumsum(values[:broad_rank]) / values[:broad_rank].sum()
             broad_k = int(np.searchsorted(broad_share, explained_variance - 1e-12) + 1)
         broad_basis = vectors[:, :broad_k]
@@ -238,7 +250,7 @@ class LatentGeometry(QuadraticGeometry):
         self.beta = beta
         a_post = alpha * broad_basis @ broad_basis.T + beta * (target_scatter / count)
         post_values, post_vectors, post_rank = spectrum(a_post)
-        if explained_variance is not None:
+        if by_variance:
             share = np.cumsum(post_values[:post_rank]) / post_values[:post_rank].sum()
             k = int(np.searchsorted(share, explained_variance - 1e-12) + 1)
         if k > post_rank:

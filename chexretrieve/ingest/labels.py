@@ -22,9 +22,11 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from chexretrieve.datasets.tables import open_text
 from chexretrieve.findings import canonical_finding
 
-SPLIT_NAMES = {"train": "train", "valid": "valid", "validation": "valid", "test": "test"}
+SPLIT_NAMES = {"train": "train", "valid": "valid", "validation": "valid", "validate": "valid",
+               "test": "test"}  # fmt: skip
 #: unmatched files that may trigger a scan of all rows to learn a new path prefix
 MAX_PREFIX_SCANS = 20
 
@@ -35,6 +37,10 @@ class LabelRow:
     path: str  # the Path value with '/' separators
     labels: dict[str, float | None]  # canonical finding -> 1.0 / 0.0 / -1.0 / None (blank)
     split: str | None
+
+    def image_fields(self, source_format: str | None) -> dict[str, object]:  # noqa: ARG002
+        """A plain labels row sets no image columns (the split is applied apart)."""
+        return {}
 
 
 @dataclass
@@ -97,16 +103,16 @@ def read_label_csv(path: str | Path) -> LabelTable:
     """Parse and validate a CheXpert-format CSV; ValueError names the file, line and column."""
     source = Path(path)
     try:
-        handle = source.open(newline="", encoding="utf-8-sig")
-    except OSError as exc:
-        raise ValueError(f"cannot read labels file {source}: {exc.strerror}") from None
+        handle = open_text(source)  # plain or gzip (.csv.gz)
+    except ValueError as exc:
+        raise ValueError(f"cannot read labels file: {exc}") from None
     with handle:
         reader = csv.reader(handle)
         try:
             header = next(reader)
         except StopIteration:
             raise ValueError(f"labels file {source} is empty; expected a Path header") from None
-        except (csv.Error, UnicodeDecodeError) as exc:
+        except (csv.Error, UnicodeDecodeError, OSError, EOFError) as exc:
             raise ValueError(f"labels file {source} is not a readable CSV: {exc}") from None
         columns = _classify_columns(source, header)
         rows: list[LabelRow] = []
@@ -124,7 +130,7 @@ def read_label_csv(path: str | Path) -> LabelTable:
                     )
                 seen[row.path] = line
                 rows.append(row)
-        except (csv.Error, UnicodeDecodeError) as exc:
+        except (csv.Error, UnicodeDecodeError, OSError, EOFError) as exc:
             raise ValueError(f"{source}:{reader.line_num}: unreadable CSV line: {exc}") from None
     return LabelTable(source, rows, columns["ignored"])
 
@@ -182,7 +188,8 @@ def _parse_row(source: Path, line: int, header: list[str], record: list[str], co
         split = record[columns["split"]].strip().lower() or None
         if split is not None and split not in SPLIT_NAMES:
             raise ValueError(
-                f"{source}:{line}: Split {split!r} is not one of train, valid, validation, test"
+                f"{source}:{line}: Split {split!r} is not one of train, valid, validation, "
+                "validate, test"
             )
         split = SPLIT_NAMES.get(split) if split else None
     else:
@@ -205,3 +212,54 @@ def _parse_value(source: Path, line: int, column: str, cell: str) -> float | Non
             "(uncertain) or blank (not mentioned)"
         )
     return value
+
+
+@dataclass(frozen=True)
+class MergedRow:
+    """What several label sources say about one file (later sources win per finding)."""
+
+    labels: dict[str, float | None] | None
+    split: str | None
+    rows: tuple = ()  # the sources' rows, in source order
+
+    def image_fields(self, source_format: str | None) -> dict[str, object]:
+        fields: dict[str, object] = {}
+        for row in self.rows:
+            fields.update(row.image_fields(source_format))
+        return fields
+
+
+class LabelSources:
+    """Several label sources (``LabelTable`` CSVs, data-set indexes) matched as one.
+
+    A file's labels are the union of its rows' labels (a later source wins for a finding both
+    give), its split the last one given, its image columns merged the same way.
+    """
+
+    def __init__(self, sources: list) -> None:  # noqa: ANN001
+        if not sources:
+            raise ValueError("LabelSources needs at least one labels source")
+        self.sources = list(sources)
+
+    @property
+    def source(self) -> str:
+        return "; ".join(str(s.source) for s in self.sources)
+
+    @property
+    def rows(self) -> list:
+        return [row for s in self.sources for row in s.rows]
+
+    @property
+    def unmatched_rows(self) -> int:
+        return sum(s.unmatched_rows for s in self.sources)
+
+    def match(self, file: Path, root: Path) -> MergedRow | None:
+        found = [row for s in self.sources if (row := s.match(file, root)) is not None]
+        if not found:
+            return None
+        labels: dict[str, float | None] = {}
+        split = None
+        for row in found:
+            labels.update(row.labels or {})
+            split = row.split or split
+        return MergedRow(labels or None, split, tuple(found))

@@ -18,12 +18,13 @@ import datetime as dt
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from chexretrieve.datasets.entries import view_group_of
 from chexretrieve.encoders.base import Encoder, split_preprocessing
 from chexretrieve.ingest.config import IngestConfig
 from chexretrieve.ingest.decode_pool import (
@@ -62,6 +63,9 @@ class IngestReport:
     labelled_files: int = 0
     unmatched_label_rows: int = 0
     worker_restarts: int = 0
+    # over files whose image was already stored: "labels", "splits", "metadata" changed, or
+    # "unchanged" (a re-ingest's report of what it corrected)
+    changes: collections.Counter = field(default_factory=collections.Counter)
     outcomes: list[Outcome] = field(default_factory=list)
 
     @property
@@ -97,6 +101,10 @@ class IngestReport:
             "labelled_files": self.labelled_files,
             "unmatched_label_rows": self.unmatched_label_rows,
             "worker_restarts": self.worker_restarts,
+            "changes_to_stored_images": {
+                name: self.changes.get(name, 0)
+                for name in ("labels", "splits", "metadata", "unchanged")
+            },
             "files": [asdict(o) for o in self.outcomes],
         }
 
@@ -104,11 +112,14 @@ class IngestReport:
 ProgressCallback = Callable[[int, int], None]  # (files done, files total)
 
 
-def record_from_radiograph(radiograph: Any, path: Path, split: str | None) -> ImageRecord:
-    """The store's image record for a decoded radiograph (``chexretrieve.dicom.Radiograph``)."""
+def record_from_radiograph(
+    radiograph: Any, path: Path, split: str | None, fields: dict | None = None
+) -> ImageRecord:
+    """The store's image record for a decoded radiograph (``chexretrieve.dicom.Radiograph``);
+    ``fields`` (a data set's values: patient, study, view, ...) override the file's own."""
     meta = radiograph.metadata
     spacing = meta.pixel_spacing or (None, None)
-    return ImageRecord(
+    record = ImageRecord(
         sop_uid=meta.sop_uid,
         study_uid=meta.study_uid,
         pixel_sha256=radiograph.pixel_sha256,
@@ -133,7 +144,30 @@ def record_from_radiograph(radiograph: Any, path: Path, split: str | None) -> Im
         accession_number=getattr(meta, "accession_number", None),
         window_center=getattr(meta, "window_center", None),
         window_width=getattr(meta, "window_width", None),
+        view_group=view_group_of(meta.view_position),
     )
+    return replace(record, **fields) if fields else record
+
+
+def entry_fields(row: Any, source_format: str | None) -> dict:
+    """Image columns a matched labels row sets: a data-set entry's patient, study, view, ...
+    (``chexretrieve.datasets.ImageEntry.image_fields``); none for a plain labels row."""
+    if row is None or not hasattr(row, "image_fields"):
+        return {}
+    return row.image_fields(source_format)
+
+
+def annotation_of(fields: dict, split: str | None) -> dict | None:
+    """What a re-ingest sets on an image already stored: the data set's fields and the split."""
+    values = dict(fields)
+    if split is not None:
+        values["split"] = split
+    return values or None
+
+
+def _format_of(path: Path) -> str:
+    suffix = path.suffix.lower()
+    return {".png": "png", ".jpg": "jpeg", ".jpeg": "jpeg"}.get(suffix, "dicom")
 
 
 def default_reader():  # noqa: ANN201
@@ -202,7 +236,8 @@ class _Run:
             row = self._labels_for(pending.candidate)
             split = (row.split if row is not None else None) or self.config.split
             path = pending.candidate.path
-            records.append(record_from_radiograph(pending.radiograph, path, split))
+            fields = entry_fields(row, pending.radiograph.metadata.source_format)
+            records.append(record_from_radiograph(pending.radiograph, path, split, fields))
             items.append(
                 BatchItem(
                     path=str(pending.candidate.path),
@@ -210,10 +245,11 @@ class _Run:
                     labels=row.labels if row is not None else None,
                     stamp=pending.stamp,
                     thumbnail=thumbnail_of(pending.radiograph, self.config.thumbnail_px),
+                    annotation=annotation_of(fields, split),
                 )
             )
             indices.append(pending.index)
-            if row is not None:
+            if row is not None and row.labels:
                 self.report.labelled_files += 1
         embed_positions = self._positions_needing_embedding(records)
         failed = self._embed(batch, items, embed_positions)
@@ -226,6 +262,7 @@ class _Run:
             [items[i] for i in keep],
             run_id=self.report.run_id,
             extra_outcomes=self.decided,
+            changes=self.report.changes,
         )
         for position, outcome in zip(keep, written, strict=True):
             self.results[indices[position]] = outcome
@@ -397,19 +434,24 @@ def _execute(run: _Run, candidates: list[Candidate], reader, read_config) -> Non
             to_decode.append(_Pending(index, candidate, stamps[index]))
             continue
         row = run._labels_for(candidate)
-        if row is not None:
+        if row is not None and row.labels:
             run.report.labelled_files += 1
+        split = (row.split if row is not None else None) or run.config.split
         item = BatchItem(
             str(candidate.path),
             labels=row.labels if row is not None else None,
             stamp=stamps[index],
             known_image_id=image_id,
+            annotation=annotation_of(entry_fields(row, _format_of(candidate.path)), split),
         )
         shortcut.append((index, item))
     for start in range(0, len(shortcut), 512):
         part = shortcut[start : start + 512]
         outcomes = run.store.write_batch(
-            run.encoder.encoder_id, [item for _, item in part], run_id=run.report.run_id
+            run.encoder.encoder_id,
+            [item for _, item in part],
+            run_id=run.report.run_id,
+            changes=run.report.changes,
         )
         for (index, _), outcome in zip(part, outcomes, strict=True):
             run.results[index] = outcome

@@ -67,6 +67,14 @@ def render_summary(report: IngestReport, console) -> None:  # noqa: ANN001
             f"{report.unmatched_label_rows} rows matched no file",
             soft_wrap=True,
         )
+    changes = report.changes
+    if sum(changes.values()):
+        console.print(
+            f"images already stored: {changes.get('labels', 0)} labels changed, "
+            f"{changes.get('splits', 0)} splits changed, {changes.get('metadata', 0)} other "
+            f"data-set fields changed, {changes.get('unchanged', 0)} unchanged",
+            soft_wrap=True,
+        )
     console.print(
         f"encoder {escape(report.encoder_id)} -> {escape(report.database)}", soft_wrap=True
     )

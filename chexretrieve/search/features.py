@@ -17,9 +17,14 @@ from pathlib import Path
 
 import numpy as np
 
-from chexretrieve.cache import cache_folder, write_atomically
+from chexretrieve.cache import cache_folder
 from chexretrieve.geometry import GEOMETRY_CHOICES as _GEOMETRY_CHOICES
 from chexretrieve.geometry import GeometryName, fit_geometry, geometry_name
+from chexretrieve.search.feature_files import (
+    FeatureFileRejected,
+    read_feature_file,
+    write_feature_file,
+)
 from chexretrieve.search.scoring import ROW_CHUNK, KeyMatrix, check_storage_dtype
 
 logger = logging.getLogger(__name__)
@@ -78,6 +83,16 @@ class FeatureCache:
         self._lock = threading.Lock()
         self._pending: dict[str, threading.Lock] = {}  # key -> lock held while it is computed
         self.computed = 0  # gallery feature blocks computed (not loaded): tests and logs read it
+        self.extended = 0  # of those, blocks extended from the previous archive's (new rows only)
+        self.rejected: list[str] = []  # why cached files were not served (tests and logs)
+        self._geometry_inputs: dict[str, dict] = {}  # geometry key -> what it was fitted from
+        # geometry key -> (gallery fingerprint, feature key) of the newest gallery it scored, and
+        # fingerprint -> (image ids, SHA-256 of the embedding rows) of the last few galleries: an
+        # archive that only grew gets features for its new rows only. No embedding or feature
+        # array is held here (the features are recalled from the LRU, if still there)
+        self._latest: dict[str, tuple[str, str]] = {}
+        self._galleries: OrderedDict[str, tuple[np.ndarray, str]] = OrderedDict()
+        self._write_warned = False
 
     def _recall(self, lru: OrderedDict, key: str) -> object | None:
         with self._lock:
@@ -123,6 +138,14 @@ class FeatureCache:
                 )
             prior_hash, prior_matrix = prior()
         key = "geom:" + _digest(spec.name, anchors_hash, float(inv_temperature), prior_hash, seed)
+        with self._lock:
+            self._geometry_inputs[key] = {
+                "geometry": spec.name,
+                "anchors_sha": anchors_hash,
+                "inv_temperature": float(inv_temperature),
+                "prior_sha": prior_hash,
+                "fit_seed": int(seed),
+            }
         cached = self._recall(self._geometries, key)
         if cached is not None:
             return cached, key
@@ -142,10 +165,19 @@ class FeatureCache:
         return geom, key
 
     def gallery_features(
-        self, geometry, geometry_key: str, fingerprint: str, embeddings
+        self,
+        geometry,
+        geometry_key: str,
+        fingerprint: str,
+        embeddings,
+        image_ids: np.ndarray | None = None,
+        context: dict | None = None,
     ) -> KeyMatrix:
         """Features of every gallery row under the geometry, a ``KeyMatrix`` in the storage dtype:
-        memory, then disk, then computed."""
+        memory, then a verified file on disk (chexretrieve.search.feature_files), then computed
+        (for an archive that only grew since the last call: extended by its new rows).
+        ``image_ids``: the gallery's ids (row order); ``context``: further inputs recorded with
+        the file (encoder, archive revision)."""
         parts = (geometry_key, fingerprint)
         if self.storage_dtype != "float32":  # float32 keeps the cache file names it always had
             parts += (self.storage_dtype,)
@@ -153,8 +185,38 @@ class FeatureCache:
         cached = self._recall(self._memory, key)
         if cached is not None:
             return cached
+        with self._lock:
+            geometry_inputs = dict(self._geometry_inputs.get(geometry_key, {}))
+        inputs = {
+            **geometry_inputs,
+            **(context or {}),
+            "geometry_key": geometry_key,
+            "gallery_fingerprint": fingerprint,
+            "rows": int(len(embeddings)),
+            "storage_dtype": self.storage_dtype,
+        }
         with self._computing(key):
-            return self._load_or_compute_features(key, geometry, embeddings)
+            features = self._load_or_compute_features(
+                key, geometry, embeddings, inputs, geometry_key, image_ids
+            )
+        if image_ids is not None and geometry.layout != "plain":
+            self._note_gallery(fingerprint, image_ids, embeddings)
+            with self._lock:
+                self._latest[geometry_key] = (fingerprint, key)
+        return features
+
+    def _note_gallery(self, fingerprint: str, image_ids, embeddings) -> None:
+        """Keep (ids, digest of the rows) of this gallery for a later extension (3 galleries)."""
+        with self._lock:
+            if fingerprint in self._galleries:
+                self._galleries.move_to_end(fingerprint)
+                return
+        ids = np.array(image_ids, dtype=np.int64, copy=True)
+        digest = _rows_digest(embeddings, len(ids))
+        with self._lock:
+            self._galleries[fingerprint] = (ids, digest)
+            while len(self._galleries) > 3:
+                self._galleries.popitem(last=False)
 
     def gallery_index(self, geometry, geometry_key: str, fingerprint: str, features, kind: str):
         """The ``chexretrieve.ann`` index of ``kind`` over the gallery features, or None while it
@@ -197,7 +259,9 @@ class FeatureCache:
         for build in builds:
             build.join(timeout_s)
 
-    def _load_or_compute_features(self, key: str, geometry, embeddings) -> KeyMatrix:
+    def _load_or_compute_features(
+        self, key: str, geometry, embeddings, inputs: dict, geometry_key: str, image_ids
+    ) -> KeyMatrix:
         cached = self._recall(self._memory, key)  # computed while this one waited
         if cached is not None:
             return cached
@@ -208,27 +272,81 @@ class FeatureCache:
             self._remember(self._memory, key, features, self.entries)
             return features
         path = self.folder / f"{key[5:]}.npy" if self.folder else None
+        shape = (len(embeddings), int(geometry.feature_dim))
         features = None
-        if path is not None and path.exists():
+        if path is not None:
             try:
-                loaded = np.load(path, mmap_mode="r", allow_pickle=False)
-                expected = (len(embeddings), geometry.feature_dim)
-                if loaded.shape == expected and loaded.dtype == self.storage_dtype:
-                    features = KeyMatrix.from_stored(loaded)  # copied out of the mapping
-                del loaded
-            except (OSError, ValueError):
-                features = None  # a damaged cache file is recomputed and replaced
+                stored = read_feature_file(path, inputs, shape, self.storage_dtype)
+                if stored is not None:
+                    features = KeyMatrix.from_stored(stored)  # copied out of the file's bytes
+                del stored
+            except FeatureFileRejected as why:
+                self.rejected.append(f"{path.name}: {why}")
+                logger.warning("cached features %s not used: %s; recomputing", path, why)
         if features is None:
-            features = KeyMatrix(geometry.feature_dim, self.storage_dtype)
-            features.extend(
-                geometry.features(_unit_float32(embeddings[start : start + ROW_CHUNK]))
-                for start in range(0, len(embeddings), ROW_CHUNK)
-            )
+            features = self._extended(geometry, geometry_key, embeddings, image_ids)
+            if features is None:
+                features = KeyMatrix(geometry.feature_dim, self.storage_dtype)
+                features.extend(
+                    geometry.features(_unit_float32(embeddings[start : start + ROW_CHUNK]))
+                    for start in range(0, len(embeddings), ROW_CHUNK)
+                )
             self.computed += 1
             if path is not None:
-                _save_atomically(path, features.array)
+                self._save(path, features, inputs)
         self._remember(self._memory, key, features, self.entries)
         return features
+
+    def _extended(self, geometry, geometry_key: str, embeddings, image_ids) -> KeyMatrix | None:
+        """The previous gallery's features plus those of the new rows, when the archive only
+        grew (its rows are a prefix of this one's: the same ids, embedding rows with the same
+        SHA-256) and those features are still in memory, else None."""
+        if image_ids is None:
+            return None
+        with self._lock:
+            latest = self._latest.get(geometry_key)
+            old = self._galleries.get(latest[0]) if latest else None
+        if latest is None or old is None:
+            return None
+        old_features = self._recall(self._memory, latest[1])
+        old_ids, old_digest = old
+        m = len(old_ids)
+        ids = np.asarray(image_ids)
+        if old_features is None or not 0 < m < len(ids) or len(old_features) != m:
+            return None
+        if not np.array_equal(ids[:m], old_ids) or _rows_digest(embeddings, m) != old_digest:
+            return None
+        features = KeyMatrix.from_stored(old_features.array)
+        features.extend(
+            geometry.features(_unit_float32(embeddings[start : start + ROW_CHUNK]))
+            for start in range(m, len(embeddings), ROW_CHUNK)
+        )
+        self.extended += 1
+        return features
+
+    def _save(self, path: Path, features: KeyMatrix, inputs: dict) -> None:
+        """Persist an entry; a folder that cannot take it (read-only, full, a folder where the
+        file goes) costs one warning, and the features stay in memory for this process."""
+        try:
+            write_feature_file(path, features.array, inputs)
+        except OSError as exc:
+            if not self._write_warned:
+                self._write_warned = True
+                logger.warning(
+                    "the feature cache %s cannot be written (%s); features are kept in memory "
+                    "only, so searches go on but recompute after a restart (make the folder "
+                    "writable, free space, or set SearchConfig.feature_cache_dir)",
+                    path.parent,
+                    exc.strerror or exc,
+                )
+
+
+def _rows_digest(embeddings, n: int) -> str:
+    """SHA-256 of the first ``n`` embedding rows as stored (dtype and width included)."""
+    digest = hashlib.sha256(f"{np.asarray(embeddings).dtype}|{embeddings.shape[1]}|".encode())
+    for start in range(0, n, ROW_CHUNK):
+        digest.update(np.ascontiguousarray(embeddings[start : min(n, start + ROW_CHUNK)]).tobytes())
+    return digest.hexdigest()
 
 
 def _unit_float32(rows: np.ndarray) -> np.ndarray:
@@ -238,10 +356,6 @@ def _unit_float32(rows: np.ndarray) -> np.ndarray:
     if np.asarray(rows).dtype != np.float32:
         out = out / np.linalg.norm(out, axis=1, keepdims=True)
     return out
-
-
-def _save_atomically(path: Path, array: np.ndarray) -> None:
-    write_atomically(path, lambda tmp: np.save(tmp, array, allow_pickle=False))
 
 
 def default_cache_folder() -> Path:

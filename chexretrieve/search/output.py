@@ -34,9 +34,15 @@ def print_result(result, explain: bool) -> None:
             label_word(label),
         )
     Console().print(table)
+    from chexretrieve.density.output import density_lines
+
+    for line in density_lines(result, explain):
+        Console().print(line, markup=False)
     if explain:
         for hit in result.hits:
             Console().print(f"\n[bold]case {hit.image_id}[/bold]\n{hit.explanation.as_text()}")
+            for line in density_lines(hit, explain):
+                Console().print(line, markup=False)
 
 
 #: metadata fields shown to users and in JSON output (no names or patient ids: PHI-minimal)
@@ -59,7 +65,9 @@ def result_as_dict(result) -> dict:
                 "metadata": {k: h.metadata.get(k) for k in PUBLIC_FIELDS},
                 "labels": h.labels,
                 **({"explanation": h.explanation.as_text()} if h.explanation is not None else {}),
+                **({"concepts": [c.as_dict() for c in h.concepts]} if h.concepts else {}),
             }
             for h in result.hits
         ],
+        **({"density": result.density.as_dict()} if result.density is not None else {}),
     }

@@ -111,6 +111,8 @@ class SearchHit:
     metadata: dict
     labels: dict
     explanation: Explanation | None = None
+    # with explain and an archive density: the result's concept decomposition (ConceptShare)
+    concepts: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -121,6 +123,9 @@ class SearchResult:
     encoder_id: str
     hits: tuple[SearchHit, ...]
     candidates: int  # gallery rows that passed the filters
+    # chexretrieve.density QueryDensity (log-density, percentile, OOD flag) or DensityUnavailable;
+    # None when the service has no density provider
+    density: object | None = None
 
 
 class SearchService:
@@ -133,9 +138,18 @@ class SearchService:
         encoder=None,
         config: SearchConfig | None = None,
         audit=None,
+        revision: Callable[[], int] | None = None,
+        density=None,
         thumbnails=None,
     ):
         self.config = config or SearchConfig()
+        # optional chexretrieve.density.ArchiveDensityProvider: every search is assessed by it
+        self.density = density
+        # the archive's generation (chexretrieve.store.Store.archive_revision): read before every
+        # search, one small query; when it moved, the gallery is reloaded and its features
+        # extended or recomputed, so a running server sees an ingest in its next search
+        self._revision = revision
+        self._gallery_revision: int | None = None
         # optional chexretrieve.audit.AuditLog: every search is recorded with its user and results
         self.audit = audit
         # optional image ids -> stored thumbnail PNGs (Store.read_thumbnails): the content of
@@ -163,7 +177,29 @@ class SearchService:
             return gallery
         with self._gallery_lock:  # one load at a time: concurrent searches wait for it
             if self._gallery is None:
-                self._gallery = self._stored(self._load_gallery())
+                self._gallery = self._reload()
+            return self._gallery
+
+    def _reload(self) -> Gallery:
+        """Load the gallery (call under ``_gallery_lock``). The revision is read *before* the
+        load: an ingest committing meanwhile makes the next search reload again, never miss."""
+        revision = self._revision() if self._revision is not None else None
+        gallery = self._stored(self._load_gallery())
+        self._gallery_revision = revision
+        return gallery
+
+    def current_gallery(self) -> Gallery:
+        """The gallery, reloaded first when the archive's revision moved since it was loaded."""
+        gallery = self.gallery
+        if self._revision is None:
+            return gallery
+        revision = self._revision()
+        if revision == self._gallery_revision:
+            return gallery
+        with self._gallery_lock:
+            if self._gallery is not None and self._gallery_revision == revision:
+                return self._gallery  # another request reloaded it meanwhile
+            self._gallery = self._reload()
             return self._gallery
 
     def _stored(self, gallery: Gallery) -> Gallery:
@@ -179,6 +215,7 @@ class SearchService:
         """Reload the gallery (after an ingest); features recompute only if the archive changed."""
         with self._gallery_lock:
             self._gallery = None
+            self._gallery_revision = None
 
     def gallery_containing(self, *image_ids: int | None) -> Gallery:
         """The gallery, reloaded once when it lacks one of ``image_ids`` (an image ingested after
@@ -189,14 +226,14 @@ class SearchService:
         "case N is not in the archive" error from the gallery.
         """
         wanted = [int(i) for i in image_ids if i is not None]
-        gallery = self.gallery
+        gallery = self.current_gallery()
         if all(i in gallery for i in wanted):
             return gallery
         with self._gallery_lock:
             current = self._gallery
             if current is not None and current is not gallery and all(i in current for i in wanted):
                 return current  # another request reloaded it meanwhile
-            self._gallery = self._stored(self._load_gallery())  # started after the miss
+            self._gallery = self._reload()  # started after the miss
             return self._gallery
 
     def _gallery_for(self, request: SearchRequest, *image_ids: int) -> Gallery:
@@ -232,6 +269,11 @@ class SearchService:
             ranked = _rank_exactly(features, vector, offset, mask, candidates, k, gallery, threads)
         rows, scores = ranked
         hits = self._hits(rows, scores, gallery, query, anchor_set, request.explain)
+        assessment = None
+        if self.density is not None:
+            assessment = self.density.assess(query, gallery)
+            if request.explain and hits and assessment.concepts:
+                hits = self.density.with_concepts(hits, gallery)
         result = SearchResult(
             finding=finding,
             geometry=spec.name,
@@ -239,12 +281,14 @@ class SearchService:
             encoder_id=gallery.encoder_id,
             hits=hits,
             candidates=candidates,
+            density=assessment,
         )
         if self.audit is not None:
             study = request.query_study_uid
             if request.case_id is not None and "study_uid" in gallery.metadata:
                 study = gallery.metadata["study_uid"].get(int(request.case_id))
-            self.audit.search(user, request, result, query_study=study)
+            extra = {} if assessment is None else {"density": assessment.audit_fields()}
+            self.audit.search(user, request, result, query_study=study, **extra)
         return result
 
     def gallery_scores(self, request: SearchRequest) -> tuple[np.ndarray, np.ndarray]:
@@ -467,7 +511,12 @@ class SearchService:
             self.config.fit_seed,
         )
         features = self.cache.gallery_features(
-            geometry, key, gallery.fingerprint, gallery.embeddings
+            geometry,
+            key,
+            gallery.fingerprint,
+            gallery.embeddings,
+            image_ids=gallery.image_ids,
+            context={"encoder": gallery.encoder_id},
         )
         return geometry, features, key
 

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
 
 from chexretrieve.anchors import AnchorSet, anchor_cache_key, find_anchor_sets, latest_anchor_set
+from chexretrieve.anchors.anchor_set import AnchorSetError
+from chexretrieve.anchors.broad_prior import broad_prior_sets, prior_fingerprint, prior_rows
 from chexretrieve.findings import canonical_finding
 from chexretrieve.search.gallery import Gallery
 from chexretrieve.search.service import AnchorSetRef
 
-#: the broad clinical-text corpus that posterior geometries use as their prior
+logger = logging.getLogger(__name__)
+
+#: the shipped broad clinical-text corpus, first of the prior (chexretrieve.anchors.broad_prior)
 BROAD_PRIOR_CONTEXT = "broad/clinical"
 
 
@@ -36,6 +41,20 @@ class StoreAnchorProvider:
         self.encoder = encoder
         self.root = root
         self._memory: dict[tuple[str, str], np.ndarray] = {}
+        self._warned = False
+
+    def _warn_not_stored(self, anchor_set: AnchorSet) -> None:
+        if self._warned:
+            return
+        self._warned = True
+        logger.warning(
+            "anchor embeddings of %s (and maybe other sets) for encoder %s are not in the store "
+            "%s; they are computed in memory for this process, which never writes the store. "
+            "Store them once with `chexretrieve anchors embed --db URL --encoder SPEC`",
+            anchor_set.key,
+            self.encoder.encoder_id,
+            getattr(self.store, "label", "?"),
+        )
 
     def resolve(self, finding: str, key: str | None) -> AnchorSet:
         finding = canonical_finding(finding)
@@ -57,10 +76,15 @@ class StoreAnchorProvider:
         matrix = self.store.get_anchor_embeddings(anchor_set.id, version, stored_key, encoder_id)
         if matrix is None:
             matrix = np.asarray(self.encoder.embed_texts(list(anchor_set.sentences)), np.float32)
-            self.store.register_encoder(
-                encoder_id, self.encoder.embed_dim, self.encoder.inv_temperature
-            )
-            self.store.put_anchor_embeddings(anchor_set.id, version, stored_key, encoder_id, matrix)
+            if getattr(self.store, "read_only", False):
+                self._warn_not_stored(anchor_set)  # a read command never writes the store
+            else:
+                self.store.register_encoder(
+                    encoder_id, self.encoder.embed_dim, self.encoder.inv_temperature
+                )
+                self.store.put_anchor_embeddings(
+                    anchor_set.id, version, stored_key, encoder_id, matrix
+                )
         self._memory[cache_key] = matrix
         return matrix
 
@@ -75,5 +99,15 @@ class StoreAnchorProvider:
         )
 
     def broad_prior(self) -> tuple[str, np.ndarray]:
-        anchor_set = latest_anchor_set(BROAD_PRIOR_CONTEXT, root=self.root)
-        return anchor_set.content_hash, self.embed(anchor_set)
+        """(fingerprint, embeddings) of the prior: the sets ``broad_prior_sets`` names, each
+        sentence once (the rule evaluation uses too)."""
+        sets = broad_prior_sets(self.root)
+        if not sets:
+            raise AnchorSetError(
+                f"no broad anchor set (broad/...) under {self.root or 'the anchors folder'} or "
+                "the private anchors folder: the posterior geometries need one as prior"
+            )
+        matrices = [self.embed(s) for s in sets]
+        rows = prior_rows(sets)
+        stacked = np.stack([matrices[i][j] for i, j in rows]).astype(np.float32)
+        return prior_fingerprint(sets), stacked

@@ -10,7 +10,7 @@ For the case lookup UI (issue 15):
   ``chexretrieve.dicom.thumbnail_pixels``); ``put_thumbnails`` caches one made later (e.g. lazily
   for an image of an older store; ``chexretrieve ingest --thumbnails-only`` backfills them all).
 - ``Store.find_cases(text, finding, status, encoder_id, offset, limit) -> CasePage``: the case
-  picker (case id / accession prefix, label status, paging with the total, labels per case).
+  picker (exact case id or accession number, label status, paging with the total, labels per case).
 - ``Store.image_by_id(id)``: ``source_path`` (the original file, for full-size pixels) and
   ``window_center`` / ``window_width`` (the file's first DICOM window, modality units).
 """
@@ -31,6 +31,7 @@ from chexretrieve.store.records import (
     Thumbnail,
 )
 from chexretrieve.store.schema import OUTCOMES
+from chexretrieve.store.schema_version import schema_versions, upgrade_store
 from chexretrieve.store.store import IMAGE_COLUMNS, Store, open_store
 
 __all__ = [
@@ -54,5 +55,7 @@ __all__ = [
     "database_label",
     "default_db_url",
     "open_store",
+    "schema_versions",
     "sqlite_file",
+    "upgrade_store",
 ]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import Connection, String, and_, cast, exists, func, or_, select
+from sqlalchemy import Connection, and_, exists, func, or_, select
 
 from chexretrieve.findings import FINDINGS, canonical_finding
 from chexretrieve.store.records import CasePage, CaseRow
@@ -45,11 +45,12 @@ def _status_condition(finding: str, status: str):  # noqa: ANN202
 
 
 def _text_condition(text: str):  # noqa: ANN202
-    """Case id starting with ``text`` (when it is digits) or accession number starting with it
-    (case-insensitive); LIKE wildcards in ``text`` match themselves."""
-    accession = func.upper(Image.accession_number).startswith(text.upper(), autoescape=True)
-    if text.isdigit():
-        return or_(cast(Image.id, String).startswith(text, autoescape=True), accession)
+    """Case id equal to ``text`` (when it is digits) or accession number equal to it
+    (case-insensitive). Exact only: a prefix search would reveal accession numbers one character
+    at a time (issue 23, finding 6); no LIKE pattern is ever built from user text."""
+    accession = func.upper(Image.accession_number) == text.upper()
+    if text.isdigit() and len(text.lstrip("0")) <= 18:
+        return or_(Image.id == int(text), accession)
     return accession
 
 

@@ -27,3 +27,7 @@ class StoreConfig:
     # create a missing SQLite file (ingest); False = refuse with StoreError, as read-only commands
     # (search, serve) do, so a mistyped --db never leaves an empty store behind
     create_if_missing: bool = True
+    # open for reading only (search, serve): no migration, no write (a write raises StoreError); a
+    # store of another schema version is refused with what to run, a SQLite file that cannot be
+    # written (immutable, read-only mount) is opened read-only
+    read_only: bool = False

@@ -11,6 +11,7 @@ never wait for a writer.
 from __future__ import annotations
 
 import os
+import sqlite3
 from pathlib import Path
 
 from sqlalchemy import Engine, create_engine, event
@@ -76,6 +77,8 @@ def create_store_engine(config: StoreConfig) -> Engine:
                 "or choose another --db"
             )
         kwargs["connect_args"] = {"timeout": config.busy_timeout_s, "check_same_thread": False}
+        if config.read_only and path.is_file():
+            kwargs["creator"] = read_only_creator(path, config.busy_timeout_s)
     try:
         engine = create_engine(url, **kwargs)
     except (NoSuchModuleError, ModuleNotFoundError, ImportError) as exc:
@@ -102,7 +105,8 @@ def _tune_sqlite(engine: Engine, config: StoreConfig) -> None:
         dbapi_connection.isolation_level = None  # we emit BEGIN ourselves (see module docstring)
         cursor = dbapi_connection.cursor()
         cursor.execute(f"PRAGMA busy_timeout = {timeout_ms}")
-        cursor.execute("PRAGMA journal_mode = WAL")
+        if not config.read_only:  # setting the journal mode may write; a reader keeps the file's
+            cursor.execute("PRAGMA journal_mode = WAL")
         cursor.execute(f"PRAGMA synchronous = {synchronous}")
         cursor.execute("PRAGMA foreign_keys = ON")
         cursor.close()
@@ -111,6 +115,26 @@ def _tune_sqlite(engine: Engine, config: StoreConfig) -> None:
     def _on_begin(connection: Connection) -> None:
         writer = connection.get_execution_options().get(WRITER_OPTION, False)
         connection.exec_driver_sql("BEGIN IMMEDIATE" if writer else "BEGIN")
+
+
+def unwritable(path: Path) -> bool:
+    """True when the process cannot write ``path`` (immutable, read-only mount, permissions)."""
+    return not os.access(path, os.W_OK)
+
+
+def read_only_creator(path: Path, timeout_s: float):  # noqa: ANN201
+    """A DB-API connection factory opening ``path`` read-only: SQLite's ``mode=ro``, and when
+    the folder cannot be written either (no WAL index can be created beside the file: a read-only
+    mount) ``immutable=1``, which reads the file as it is."""
+    uri = f"file:{path.as_posix()}?mode=ro"
+    if unwritable(path.parent):
+        # no WAL index can be created beside the file (a read-only mount): read it as it is
+        uri += "&immutable=1"
+
+    def connect() -> sqlite3.Connection:
+        return sqlite3.connect(uri, uri=True, timeout=timeout_s, check_same_thread=False)
+
+    return connect
 
 
 def run_migrations(engine: Engine, config: StoreConfig) -> None:

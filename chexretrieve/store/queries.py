@@ -37,6 +37,9 @@ IMAGE_COLUMNS = (
     "split",
     "window_center",
     "window_width",
+    "view_group",
+    "dataset_path",
+    "dataset_study_id",
 )
 
 

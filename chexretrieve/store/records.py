@@ -45,6 +45,9 @@ class ImageRecord:
     accession_number: str | None = None
     window_center: float | None = None  # modality output units (after rescale), first window
     window_width: float | None = None
+    view_group: str | None = None  # 'frontal' / 'lateral'; None = unknown
+    dataset_path: str | None = None  # the path as the public data set names it
+    dataset_study_id: str | None = None  # the data set's study id (MIMIC study_id, ...)
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,9 @@ class BatchItem:
     # PNG of the image's default display (chexretrieve.dicom.thumbnail_png): stored with the image,
     # or added to an image already stored without one; (png bytes, max_side asked for)
     thumbnail: Thumbnail | None = None
+    # image columns a data set's files set (split, patient_id, view_group, study_uid, ...): applied
+    # to an image already stored too, so a re-ingest corrects them; None leaves them as they are
+    annotation: Mapping[str, object] | None = None
 
 
 @dataclass(frozen=True)

@@ -107,8 +107,25 @@ class Image(Base):
     # first Window Center / Width of the file in modality output units (the viewer's default)
     window_center: Mapped[float | None] = mapped_column(Float)
     window_width: Mapped[float | None] = mapped_column(Float)
+    # 'frontal' / 'lateral' (from the data set's files, else from ViewPosition); NULL = unknown
+    view_group: Mapped[str | None] = mapped_column(String(16), index=True)
+    # the image's name in its public data set: the path relative to the data-set root
+    dataset_path: Mapped[str | None] = mapped_column(Text)
+    # the data set's own study id (MIMIC study_id, CheXpert patient/study); NULL for plain files
+    dataset_study_id: Mapped[str | None] = mapped_column(String(64), index=True)
     run_id: Mapped[int | None] = mapped_column(ForeignKey("ingest_runs.id"))
     ingested_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
+
+
+class Report(Base):
+    """The radiology report of one study, keyed by the data-set study id (else the study UID)."""
+
+    __tablename__ = "reports"
+
+    study_key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    text: Mapped[str] = mapped_column(Text)
+    source: Mapped[str | None] = mapped_column(Text)  # file (and line) it was read from
+    updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
 
 
 class Thumbnail(Base):
@@ -277,6 +294,28 @@ class PacsInstance(Base):
     detail: Mapped[str | None] = mapped_column(Text)
     attempts: Mapped[int] = mapped_column(Integer)  # transfers tried over all runs
     image_id: Mapped[int | None] = mapped_column(ForeignKey("images.id", ondelete="SET NULL"))
+    updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
+
+
+#: roles of a user account, least to most privileged (chexretrieve.accounts.roles says what each
+#: may do)
+ROLES = ("radiologist", "curator", "admin")
+
+
+class UserAccount(Base):
+    """A person who may sign in to `chexretrieve serve` (see chexretrieve.accounts)."""
+
+    __tablename__ = "users"
+    __table_args__ = (CheckConstraint("role IN ('radiologist', 'curator', 'admin')", name="role"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)  # the login name, as typed
+    role: Mapped[str] = mapped_column(String(16))
+    # argon2id hash in the PHC string format ($argon2id$v=19$m=...,t=...,p=...$salt$hash); NULL
+    # for an account that signs in only through the trusted-header (SSO) mode
+    password_hash: Mapped[str | None] = mapped_column(String(255))
+    disabled: Mapped[int] = mapped_column(Integer, default=0)  # 1 = may no longer sign in
+    created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
 
 

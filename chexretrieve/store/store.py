@@ -7,6 +7,7 @@ Embeddings of different encoders are never mixed: a gallery is always one encode
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import socket
@@ -18,9 +19,9 @@ import pandas as pd
 from sqlalchemy import Connection, and_, delete, func, insert, select, text, update
 from sqlalchemy.exc import DatabaseError, IntegrityError
 
-from chexretrieve.findings import FINDINGS
 from chexretrieve.store import cases, writes
 from chexretrieve.store.config import StoreConfig
+from chexretrieve.store.dataset_records import DatasetRecords
 from chexretrieve.store.engine import (
     WRITER_OPTION,
     StoreError,
@@ -68,6 +69,13 @@ from chexretrieve.store.schema import (
     Study,
 )
 from chexretrieve.store.schema import Thumbnail as ThumbnailRow
+from chexretrieve.store.schema_version import (
+    check_schema,
+    is_unknown_revision_error,
+    newer_schema_error,
+    open_failure,
+    refuse_unwritable,
+)
 
 
 def open_store(url: str | None = None, config: StoreConfig | None = None) -> Store:
@@ -82,26 +90,38 @@ def open_store(url: str | None = None, config: StoreConfig | None = None) -> Sto
     return Store(config)
 
 
-class Store:
-    """All database access of chexretrieve goes through this class."""
+class Store(DatasetRecords):
+    """All database access of chexretrieve goes through this class (the data-set columns and
+    reports: ``dataset_records.DatasetRecords``)."""
 
     def __init__(self, config: StoreConfig) -> None:
         self.config = config
         self.engine = create_store_engine(config)
         try:
-            if config.migrate_on_open:
+            if not config.read_only:
+                refuse_unwritable(config)  # a writer on an immutable file / read-only mount
+            if config.read_only:
+                check_schema(self.engine, config)  # never migrates: says what to run instead
+            elif config.migrate_on_open:
                 run_migrations(self.engine, config)
             with self.engine.connect() as conn:
                 conn.execute(select(func.count()).select_from(Image)).scalar_one()
         except DatabaseError as exc:
             self.engine.dispose()
-            raise StoreError(
-                f"cannot open database {database_label(config.url)}: {exc.orig}; check the URL, "
-                "that the server is running and that the file is a chexretrieve store"
-            ) from None
-        except Exception:
+            raise StoreError(open_failure(config, exc)) from None
+        except StoreError:
             self.engine.dispose()
             raise
+        except Exception as exc:
+            self.engine.dispose()
+            if is_unknown_revision_error(exc):
+                raise newer_schema_error(config, exc) from None
+            raise
+
+    @property
+    def read_only(self) -> bool:
+        """Opened for reading only (StoreConfig.read_only): every write raises StoreError."""
+        return self.config.read_only
 
     # ------------------------------------------------------------------ plumbing
     @property
@@ -129,6 +149,11 @@ class Store:
 
     @contextmanager
     def _write(self) -> Iterator[Connection]:
+        if self.config.read_only:
+            raise StoreError(
+                f"the store {self.label} is open read-only (search, serve); writing to it needs a "
+                "writing command (`chexretrieve ingest`, `chexretrieve anchors embed`)"
+            )
         with self.engine.connect() as conn:
             conn = conn.execution_options(**{WRITER_OPTION: True})
             with conn.begin():
@@ -189,6 +214,7 @@ class Store:
         items: Sequence[BatchItem],
         run_id: int | None = None,
         extra_outcomes: Sequence[Outcome] = (),
+        changes: collections.Counter | None = None,
     ) -> list[Outcome]:
         """Store a batch of files in ONE transaction and return one Outcome per item.
 
@@ -196,11 +222,13 @@ class Store:
         stored with the same pixels is 'already-present' (or 'embedded' when only this encoder's
         embedding was missing); the same SOPInstanceUID with other pixels is a 'conflict' and the
         stored image is kept. With ``run_id`` the outcomes (and ``extra_outcomes``, e.g. rejected
-        files) are recorded in the same transaction.
+        files) are recorded in the same transaction. ``changes`` counts what the batch changed on
+        images already stored (see ``writes.write_items``).
         """
         encoder = self._require_encoder(encoder_id)
         for attempt in range(3):
             try:
+                counted: collections.Counter = collections.Counter()
                 with self._write() as conn:
                     outcomes = writes.write_items(
                         conn,
@@ -208,9 +236,12 @@ class Store:
                         encoder_id=encoder_id,
                         dim=encoder.embed_dim,
                         items=items,
+                        changes=counted,
                     )
                     if run_id is not None:
                         writes.record_outcomes(conn, run_id, [*outcomes, *extra_outcomes])
+                if changes is not None:
+                    changes.update(counted)
                 return outcomes
             except IntegrityError:
                 # a concurrent writer (PostgreSQL) inserted one of these images first: reclassify
@@ -371,20 +402,20 @@ class Store:
         blob = b"".join(found[i] for i in wanted)
         return bytes_to_matrix(blob, len(wanted), encoder.embed_dim)
 
-    def labels_frame(self, image_ids: Sequence[int] | None = None) -> pd.DataFrame:
+    def labels_frame(
+        self, image_ids: Sequence[int] | None = None, *, metadata: bool = False
+    ) -> pd.DataFrame:
         """Labels of labelled images: index image_id, one float column per finding in FINDINGS
-        order; 1 / 0 / -1 (uncertain), NaN = blank. Unlabelled images have no row."""
-        stmt = select(Label.image_id, Label.finding, Label.value)
-        with self._read() as conn:
-            rows = conn.execute(stmt).all()
-        frame = pd.DataFrame(rows, columns=["image_id", "finding", "value"])
-        frame["value"] = pd.to_numeric(frame["value"], errors="coerce").astype(float)
-        table = frame.pivot(index="image_id", columns="finding", values="value")
-        table = table.reindex(columns=list(FINDINGS)).astype(float)
-        table.columns.name = None
-        if image_ids is not None:
-            table = table[table.index.isin([int(i) for i in image_ids])]
-        return table.sort_index()
+        order; 1 / 0 / -1 (uncertain), NaN = blank. Unlabelled images have no row.
+
+        ``metadata=True`` adds, after the findings, the columns of ``DATASET_COLUMNS``
+        (``patient_id``, ``study_id``, ``view_group``, ``view_position``, ``sex``, ``age``,
+        ``split``, ``dataset_path``; see ``dataset_frame``) for the same rows."""
+        table = self._labels_table(image_ids)
+        if not metadata:
+            return table
+        extra = self.dataset_frame(table.index.tolist(), labels=False)
+        return table.join(extra, how="left")
 
     def count_images(self) -> int:
         with self._read() as conn:
@@ -414,7 +445,7 @@ class Store:
         limit: int = 50,
     ) -> CasePage:
         """The case picker: one page (image-id order) of the cases whose id (digits) or accession
-        number (case-insensitive) starts with ``text``, whose label for ``finding`` has ``status``
+        number (case-insensitive) is exactly ``text``, whose label for ``finding`` has ``status``
         (positive / negative / uncertain / blank / unlabelled, see ``cases.LABEL_STATUSES``) and,
         with ``encoder_id``, that have its embedding; ``CasePage.total`` counts every match.
         Each ``CaseRow`` carries PHI-minimal metadata, the accession number and all labels."""

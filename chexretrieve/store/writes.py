@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import struct
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -34,6 +35,7 @@ from chexretrieve.store.schema import (
     Image,
     IngestOutcome,
     Label,
+    Report,
     SourceFile,
     Study,
 )
@@ -42,6 +44,19 @@ from chexretrieve.store.schema import Thumbnail as ThumbnailRow
 #: rows per IN (...) query; far below SQLite's and PostgreSQL's parameter limits
 CHUNK = 500
 _IMAGE_FIELDS = tuple(name for name in ImageRecord.__dataclass_fields__ if name != "study_uid")
+#: image columns an annotation (``BatchItem.annotation``) may set on a stored image
+ANNOTATION_FIELDS = (
+    "split",
+    "patient_id",
+    "patient_sex",
+    "patient_age_years",
+    "study_date",
+    "view_position",
+    "view_group",
+    "dataset_path",
+    "dataset_study_id",
+    "study_uid",
+)
 
 
 def utc_now() -> dt.datetime:
@@ -294,8 +309,14 @@ def write_items(
     encoder_id: str,
     dim: int,
     items: Sequence[BatchItem],
+    changes: Counter | None = None,
 ) -> list[Outcome]:
-    """Classify and store a batch in the caller's transaction; one Outcome per item, in order."""
+    """Classify and store a batch in the caller's transaction; one Outcome per item, in order.
+
+    ``changes`` (when given) counts, over images that were already stored: "labels" (labels
+    changed), "splits" (split changed), "metadata" (other annotated columns changed) and
+    "unchanged" (none of these).
+    """
     existing = existing_images(conn, (i.record.sop_uid for i in items if i.record is not None))
     known = [image_id for image_id, _ in existing.values()]
     known += [i.known_image_id for i in items if i.known_image_id is not None]
@@ -321,6 +342,23 @@ def write_items(
             ],
         )
     label_changes = _write_labels(conn, {image_of[p]: items[p].labels for p in image_of})
+    new_images = set(new_ids.values())
+    stored_before = {p: i for p, i in image_of.items() if i not in new_images}
+    split_changes, meta_changes = write_annotations(
+        conn, {i: items[p].annotation for p, i in stored_before.items() if items[p].annotation}
+    )
+    if changes is not None:
+        for image_id in set(stored_before.values()):
+            kinds = [
+                name
+                for name, found in (
+                    ("labels", label_changes),
+                    ("splits", split_changes),
+                    ("metadata", meta_changes),
+                )
+                if image_id in found
+            ]
+            changes.update(kinds or ["unchanged"])
     add_thumbnails(
         conn, {image_of[p]: items[p].thumbnail for p in image_of if items[p].thumbnail is not None}
     )
@@ -332,16 +370,17 @@ def write_items(
             if items[p].stamp is not None
         },
     )
+    updated = {"split updated": split_changes, "metadata updated": meta_changes}
     outcomes = [
-        plan.outcomes[p] or _stored_outcome(p, item, plan, new_ids, label_changes)
+        plan.outcomes[p] or _stored_outcome(p, item, plan, new_ids, label_changes, updated)
         for p, item in enumerate(items)
     ]
-    if new_ids or plan.embed or label_changes:
+    if new_ids or plan.embed or label_changes or split_changes or meta_changes:
         bump_revision(conn)
     return outcomes
 
 
-def _stored_outcome(position, item, plan, new_ids, label_changes) -> Outcome:  # noqa: ANN001
+def _stored_outcome(position, item, plan, new_ids, label_changes, updated) -> Outcome:  # noqa: ANN001
     image_id = plan.image_of[position]
     sop_uid = item.record.sop_uid if item.record is not None else None
     if position in new_ids:
@@ -351,6 +390,7 @@ def _stored_outcome(position, item, plan, new_ids, label_changes) -> Outcome:  #
     notes = list(plan.notes.get(position, []))
     if image_id in label_changes:
         notes.append("labels updated")
+    notes += [note for note, ids in updated.items() if image_id in ids]
     kind = "embedded" if position in plan.embed else "already-present"
     return Outcome(item.path, kind, None, "; ".join(notes) or None, sop_uid, image_id)
 
@@ -449,3 +489,105 @@ def _study_ids(conn: Connection, records: list[ImageRecord]) -> dict[str, int]:
         ).all()
         found.update({uid: int(i) for i, uid in inserted})
     return found
+
+
+def write_annotations(
+    conn: Connection, wanted: Mapping[int, Mapping[str, object]]
+) -> tuple[set[int], set[int]]:
+    """Set annotated columns (``ANNOTATION_FIELDS``) of stored images where they differ; a
+    ``study_uid`` moves the image to that study (made when new). (ids whose split changed, ids
+    whose other columns changed)."""
+    targets = {int(i): dict(v) for i, v in wanted.items() if v}
+    for values in targets.values():
+        unknown = set(values) - set(ANNOTATION_FIELDS)
+        if unknown:
+            raise ValueError(f"annotation sets unknown image columns {sorted(unknown)}")
+    if not targets:
+        return set(), set()
+    columns = [getattr(Image, n) for n in ANNOTATION_FIELDS if n != "study_uid"]
+    stored: dict[int, dict[str, object]] = {}
+    for part in chunks(sorted(targets)):
+        rows = conn.execute(
+            select(Image.id, Study.study_uid, *columns)
+            .join(Study, Study.id == Image.study_id)
+            .where(Image.id.in_(part))
+        )
+        for row in rows:
+            stored[int(row.id)] = row._asdict()
+    split_changed: set[int] = set()
+    other_changed: set[int] = set()
+    updates: dict[int, dict[str, object]] = {}
+    for image_id, values in targets.items():
+        before = stored.get(image_id)
+        if before is None:
+            continue
+        diff = {n: v for n, v in values.items() if before.get(n) != v}
+        if not diff:
+            continue
+        updates[image_id] = diff
+        if "split" in diff:
+            split_changed.add(image_id)
+        if set(diff) - {"split"}:
+            other_changed.add(image_id)
+    moved = {i: d.pop("study_uid") for i, d in updates.items() if "study_uid" in d}
+    if moved:
+        studies = _study_ids_for(conn, moved, targets)
+        for image_id, uid in moved.items():
+            updates[image_id]["study_id"] = studies[uid]
+    for image_id, diff in updates.items():
+        if diff:
+            conn.execute(update(Image).where(Image.id == image_id).values(**diff))
+    return split_changed, other_changed
+
+
+def _study_ids_for(conn: Connection, moved: Mapping[int, str], targets) -> dict[str, int]:  # noqa: ANN001
+    records = [
+        ImageRecord(
+            sop_uid="",
+            study_uid=uid,
+            pixel_sha256="",
+            patient_id=targets[image_id].get("patient_id"),
+            study_date=targets[image_id].get("study_date"),
+        )
+        for image_id, uid in moved.items()
+    ]
+    return _study_ids(conn, records)
+
+
+def put_reports(conn: Connection, reports: Mapping[str, tuple[str, str | None]]) -> Counter:
+    """Store reports (study key -> (text, source)); counts "new", "changed", "unchanged"."""
+    counts: Counter = Counter()
+    if not reports:
+        return counts
+    stored: dict[str, str] = {}
+    for part in chunks(sorted(reports)):
+        rows = conn.execute(select(Report.study_key, Report.text).where(Report.study_key.in_(part)))
+        stored.update({key: text for key, text in rows})
+    now = utc_now()
+    inserts, updates = [], []
+    for key, (text, source) in reports.items():
+        if not key or len(key) > 64:
+            raise ValueError(f"report study key {key!r} must be 1 to 64 characters")
+        row = {"text": storable_text(text), "source": source, "updated_at": now}
+        if key not in stored:
+            inserts.append({"study_key": key, **row})
+            counts["new"] += 1
+        elif stored[key] != row["text"]:
+            updates.append({"key": key, **row})
+            counts["changed"] += 1
+        else:
+            counts["unchanged"] += 1
+    if inserts:
+        conn.execute(insert(Report), inserts)
+    if updates:
+        conn.execute(
+            update(Report)
+            .where(Report.study_key == bindparam("key"))
+            .values(
+                text=bindparam("text"),
+                source=bindparam("source"),
+                updated_at=bindparam("updated_at"),
+            ),
+            updates,
+        )
+    return counts

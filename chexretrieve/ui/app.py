@@ -8,10 +8,12 @@ in the Gradio-free :mod:`chexretrieve.ui.handlers`, :mod:`chexretrieve.ui.curati
 
 from __future__ import annotations
 
+import logging
 import os
 
 import gradio as gr
 
+from chexretrieve.ui.access import AccessControl, AccessGuard
 from chexretrieve.ui.config import UIConfig
 from chexretrieve.ui.curation import CurationDesk, DraftDesk
 from chexretrieve.ui.curation_tab import build_curation_tab
@@ -20,6 +22,8 @@ from chexretrieve.ui.handlers import CaseLookup
 from chexretrieve.ui.lookup_tab import build_lookup_tab
 from chexretrieve.ui.radiology_reports import ReportTexts
 from chexretrieve.ui.theme import CSS, local_theme
+
+log = logging.getLogger("chexretrieve.ui")
 
 
 def build_app(
@@ -39,26 +43,32 @@ def build_app(
             search = build_lookup_tab(app, lookup, config)
             build_curation_tab(app, curation, lookup, search)
             build_evaluation_tab(app, lookup)
+        app.case_lookup_handlers = lookup  # launch_app wires the OHIF viewer's links to it
 
         gr.HTML(
             "<div class='cx-notice'>Phantom world: unless an archive of real studies was "
             "ingested, images and labels are simulated. Shown per case: view, sex, age, study "
             "date, never names or patient IDs.</div>"
         )
+    app.case_lookup_access = lookup.access  # launch_app installs its sign-in and route guard
     return app
 
 
-def open_case_lookup(config: UIConfig) -> tuple[CaseLookup, CurationDesk]:
-    """Open the store and encoder named by ``config`` and build the handlers (searches and
-    studies viewed are recorded in the audit trail, see chexretrieve.audit)."""
+def open_case_lookup(config: UIConfig, store=None, encoder=None) -> tuple[CaseLookup, CurationDesk]:
+    """Open the store and encoder named by ``config`` (or use the open ``store`` / loaded
+    ``encoder`` given) and build the handlers (searches and studies viewed are recorded in the
+    audit trail, see chexretrieve.audit). ArchiveEmptyError when the store holds no cases yet."""
     from chexretrieve.app import AppConfig, open_search_app
     from chexretrieve.search.config import SearchConfig
 
     search = SearchConfig(feature_cache_dir=config.feature_cache_dir, index_kind=config.index_kind)
     root = open_search_app(
-        AppConfig(config.db_url, config.encoder, anchors_dir=config.anchors_dir, search=search)
+        AppConfig(config.db_url, config.encoder, anchors_dir=config.anchors_dir, search=search),
+        store=store,
+        encoder=encoder,
     )
     service, store, audit = root.service, root.store, root.audit
+    access = open_access(config, store)
     lookup = CaseLookup(
         service,
         store,
@@ -68,30 +78,90 @@ def open_case_lookup(config: UIConfig) -> tuple[CaseLookup, CurationDesk]:
         case_page_size=config.case_page_size,
         thumbnail_dir=config.feature_cache_dir / "thumbnails" if config.feature_cache_dir else None,
         audit=audit,
-        report_texts=ReportTexts(config.reports_csv),
+        report_texts=ReportTexts(config.reports_csv, store.report_for_image),
+        access=access,
     )
     curation = DraftDesk(config.anchors_dir, store, root.encoder, lambda: service.gallery)
     return lookup, curation
 
 
-def launch_app(app: gr.Blocks, config: UIConfig, block: bool = True):
+def open_access(config: UIConfig, store) -> AccessControl:  # noqa: ANN001
+    """The sign-in of ``config`` over the store's accounts (ValueError: none to sign in with)."""
+    if config.sign_in == "none":
+        return AccessControl()
+    from chexretrieve.accounts.book import AccountBook
+
+    book = AccountBook(store, config.access)
+    usable = [r for r in book.list() if not r.disabled]
+    if config.sign_in == "accounts":
+        usable = [r for r in usable if r.password_hash]
+    if not usable:
+        raise ValueError(
+            f"no enabled account {'with a password ' if config.sign_in == 'accounts' else ''}"
+            f"in {store.label}: add one with `chexretrieve users add NAME --role admin` first"
+        )
+    return AccessControl(config.sign_in, book, config.access)
+
+
+def check_sign_in(config: UIConfig) -> None:
+    """ValueError before anything is loaded when the sign-in of ``config`` has no account."""
+    if config.sign_in == "none":
+        return
+    from chexretrieve.app.stores import resolve_read_store
+    from chexretrieve.store import open_store
+
+    store = open_store(resolve_read_store(config.db_url))
+    try:
+        open_access(config, store)
+    finally:
+        store.close()
+
+
+def launch_app(app: gr.Blocks, config: UIConfig, block: bool = True, head: str | None = None):
     """Launch with the safe settings: no share link, upload cap, no extra file paths, no
-    FastAPI schema, uploads never served back, a bounded event queue (busy answer beyond it)."""
+    FastAPI schema, only the page's own routes (AccessGuard), uploads never served back, the
+    sign-in of ``config.sign_in``, a bounded event queue (busy answer beyond it).
+    ``head``: extra HTML for the page's head (the waiting page's reload script)."""
     from starlette.middleware import Middleware
 
+    from chexretrieve.ui.viewer_links import viewer_middleware
     from chexretrieve.ui.web_guard import UploadsStayPrivate
 
+    access = getattr(app, "case_lookup_access", None) or AccessControl()
+    if access.mode != config.sign_in:
+        raise ValueError(
+            f"the app was built for sign-in {access.mode!r} but the settings say {config.sign_in!r}"
+        )
+    warning = config.plain_http_warning
+    if warning:
+        log.warning(warning)
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     app.queue(max_size=config.queue_size)
+    # outermost first: the route guard and sign-in, then the viewer gate (only signed-in
+    # requests reach /viewer and /dicomweb), then the upload privacy guard
+    middleware = [
+        Middleware(AccessGuard, blocks=app, access=access),
+        Middleware(UploadsStayPrivate, blocks=app),
+    ]
+    lookup = getattr(app, "case_lookup_handlers", None)
+    viewer = viewer_middleware(app, lookup, config, access) if lookup is not None else None
+    if viewer is not None:  # the OHIF viewer and its DICOMweb endpoint (/viewer, /dicomweb)
+        middleware.insert(1, viewer)
     return app.launch(
         app_kwargs={
             "openapi_url": None,  # FastAPI's /openapi.json is served without the login
-            "middleware": [Middleware(UploadsStayPrivate, blocks=app)],
+            "middleware": middleware,
         },
         server_name=config.host,
         server_port=config.port,
         share=False,
-        auth=config.auth,
+        auth=access.gradio_auth(),
+        auth_dependency=access.auth_dependency(),
+        ssl_certfile=str(config.ssl_certfile) if config.ssl_certfile else None,
+        ssl_keyfile=str(config.ssl_keyfile) if config.ssl_keyfile else None,
+        # only Gradio's probe of its own local URL at launch: a hospital CA's certificate is often
+        # not in the system's trust store (clients verify the certificate as usual)
+        ssl_verify=False,
         auth_message="chexretrieve case lookup: sign in",
         max_file_size=f"{config.max_upload_mb}mb",
         allowed_paths=None,
@@ -106,16 +176,36 @@ def launch_app(app: gr.Blocks, config: UIConfig, block: bool = True):
         footer_links=[],
         theme=local_theme(),
         css=CSS,
+        head=head,
     )
 
 
 def serve_app(config: UIConfig) -> None:
-    """Open the archive and serve the UI until interrupted (blocks); with ``config.warm_up`` the
-    geometries are fitted in the background meanwhile (chexretrieve.search.warmup)."""
-    lookup, curation = open_case_lookup(config)
-    app = build_app(lookup, curation, config)
-    if config.warm_up:
-        start_ui_warm_up(lookup, config)
+    """Open the archive and serve the UI until interrupted (blocks). On an archive with no cases
+    yet, a page saying to run ingest is served until they arrive (chexretrieve.ui.waiting). With
+    ``config.warm_up`` the geometries are fitted in the background meanwhile
+    (chexretrieve.search.warmup)."""
+    from chexretrieve.app import ArchiveEmptyError
+
+    try:
+        lookup, curation = open_case_lookup(config)
+        app = build_app(lookup, curation, config)
+        if config.warm_up:
+            start_ui_warm_up(lookup, config)
+    except ArchiveEmptyError as empty:
+        from chexretrieve.ui.waiting import wait_for_cases
+
+        store, encoder = empty.store, empty.encoder
+
+        def build() -> gr.Blocks:
+            return build_app(*open_case_lookup(config, store, encoder), config)
+
+        def launch_waiting(page: gr.Blocks, *args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+            # the waiting page signs in as the case lookup will: same accounts, same route guard
+            page.case_lookup_access = open_access(config, store)
+            return launch_app(page, *args, **kwargs)
+
+        app = wait_for_cases(config, store, encoder, build, launch_waiting)
     launch_app(app, config, block=True)
 
 

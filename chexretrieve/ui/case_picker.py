@@ -1,4 +1,5 @@
-"""The case picker (no Gradio): find archived cases by case id or accession number, filter them
+"""The case picker (no Gradio): find an archived case by its exact case id or accession number
+(never by a prefix: that would reveal accession numbers one character at a time), filter them
 by one finding's label status, page through all of them, and read a typed case id strictly.
 
 Labels shown per case are PHI-minimal: case id, view, sex, age, study date and the finding's label.
@@ -13,10 +14,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from chexretrieve.findings import NOT_MENTIONED
+from chexretrieve.ui.input_limits import MAX_CASE_ID, MAX_ID_DIGITS, capped
 from chexretrieve.ui.render import format_age, format_date, format_text, label_word
 
 #: label statuses offered by the picker's filter ("any" = no filter), as Store.find_cases names them
 STATUS_CHOICES = ("any", "positive", "negative", "uncertain", "blank", "unlabelled")
+#: and the order "rare cases first" (chexretrieve.ui.rare_cases), offered in the same dropdown
+PICKER_CHOICES = (*STATUS_CHOICES, "rare cases first")
 #: what each status means on screen
 STATUS_WORDS = {
     "positive": "positive",
@@ -24,6 +28,7 @@ STATUS_WORDS = {
     "uncertain": "uncertain",
     "blank": NOT_MENTIONED,
     "unlabelled": "no labels",
+    "rare cases first": "any, rarest first (lowest archive density)",
 }
 _WHOLE = re.compile(r"^\d+$")
 _NUMBER = re.compile(r"^[+-]?(\d+([.,]\d*)?|[.,]\d+)([eE][+-]?\d+)?$")
@@ -47,10 +52,15 @@ class PickerPage:
 def parse_case_id(text: object) -> int | None:
     """A whole, positive case id typed by the user; None when ``text`` is not a number at all (an
     accession number, say); ValueError naming the problem for 2.5, -3, 0 or an empty box."""
-    value = "" if text is None else str(text).strip()
+    value = capped(text, "the case id or accession number", MAX_CASE_ID).strip()
     if not value:
         raise ValueError("type a case id (a whole number) or an accession number, or pick a case")
     if _WHOLE.match(value):
+        if len(value.lstrip("0")) > MAX_ID_DIGITS:
+            raise ValueError(
+                f"a case id has at most {MAX_ID_DIGITS} digits; {value[:12]}… "
+                f"({len(value)} digits) is not one"
+            )
         number = int(value)
         if number < 1:
             raise ValueError(f"case ids start at 1; {value!r} is not one")
@@ -76,7 +86,7 @@ def page_summary(total: int, page: int, page_size: int, text: str, status: str |
     """'cases 51–100 of 3,001 (page 2 of 61)' plus what narrowed the list."""
     what = []
     if text:
-        what.append(f"id or accession starting with {text!r}")
+        what.append(f"id or accession {text!r} (exact)")
     if status:
         what.append(f"label {STATUS_WORDS.get(status, status)}")
     narrowed = f" · {', '.join(what)}" if what else ""
@@ -101,11 +111,11 @@ def gallery_page(
     when the gallery carries them."""
     ids = np.asarray(gallery.image_ids, dtype=np.int64)
     keep = np.ones(len(ids), dtype=bool)
-    if text:
-        by_id = np.array([str(i).startswith(text) for i in ids]) if text.isdigit() else False
+    if text:  # exact id or accession number only (a prefix search would be an oracle)
+        by_id = (ids == int(text)) if text.isdigit() and len(text) <= MAX_ID_DIGITS else False
         accession = gallery.metadata.get("accession_number")
         by_accession = (
-            accession.astype(str).str.upper().str.startswith(text.upper()).to_numpy()
+            (accession.astype(str).str.upper() == text.upper()).to_numpy()
             if accession is not None
             else False
         )

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import typer
 
-from chexretrieve.ui.config import PASSWORD_ENV
+#: what `serve --login` (the shared password of earlier versions) now says
+LOGIN_MOVED = (
+    "--login (one shared password) was replaced by per-user accounts: add each person with "
+    "`chexretrieve users add NAME --role radiologist|curator|admin`, then run "
+    "`chexretrieve serve --accounts`; $CHEXRETRIEVE_UI_PASSWORD is no longer read "
+    "(see docs/accounts-and-access.md)"
+)
 
 
 def serve_command(
@@ -19,11 +24,32 @@ def serve_command(
     ),
     encoder: str = typer.Option("phantom", "--encoder", help="Encoder spec of the archive."),
     host: str = typer.Option(
-        "127.0.0.1", "--host", help="Address to bind; anything but loopback needs --login."
+        "127.0.0.1",
+        "--host",
+        help="Address to bind; anything but loopback needs --accounts or --trusted-header.",
     ),
     port: int = typer.Option(7860, "--port", help="Port to listen on."),
+    accounts: bool = typer.Option(
+        False, "--accounts", help="Sign in with the store's accounts (`chexretrieve users add`)."
+    ),
+    trusted_header: str | None = typer.Option(
+        None,
+        "--trusted-header",
+        help="SSO reverse-proxy mode: the header naming the signed-in user (e.g. X-Remote-User).",
+    ),
+    trusted_proxy: list[str] = typer.Option(
+        [],
+        "--trusted-proxy",
+        help="Address or CIDR of the SSO proxy whose header is believed (repeatable).",
+    ),
+    ssl_certfile: Path | None = typer.Option(
+        None, "--ssl-certfile", help="TLS certificate (PEM): serve HTTPS."
+    ),
+    ssl_keyfile: Path | None = typer.Option(
+        None, "--ssl-keyfile", help="TLS private key (PEM) of --ssl-certfile."
+    ),
     login: str | None = typer.Option(
-        None, "--login", help=f"Require this user name; the password is read from ${PASSWORD_ENV}."
+        None, "--login", hidden=True, help="Replaced by --accounts (per-user accounts)."
     ),
     max_upload_mb: int = typer.Option(50, "--max-upload-mb", help="Largest upload in MiB."),
     features: Path | None = typer.Option(
@@ -46,39 +72,60 @@ def serve_command(
         "--index",
         help="Ranking index for galleries of 500,000+ images: none, exact, hnsw, ivf.",
     ),
+    dicomweb: str | None = typer.Option(
+        None,
+        "--dicomweb",
+        help="DICOMweb URL of the PACS the archive came from, for the OHIF viewer (default: the "
+        "app's own read-only /dicomweb over the archived files).",
+    ),
+    ohif_dir: Path | None = typer.Option(
+        None,
+        "--ohif-dir",
+        help="Installed OHIF dist/ folder (default: the one make setup installs).",
+    ),
 ) -> None:
     """Serve the case-lookup UI: search by case or upload, explanations, curation, evaluation."""
     from rich.console import Console
     from rich.markup import escape
 
+    from chexretrieve.accounts.config import AccessConfig
     from chexretrieve.ui.config import UIConfig
 
     console = Console(stderr=True)
     try:
-        auth = None
         if login is not None:
-            password = os.environ.get(PASSWORD_ENV, "")
-            if not password:
-                raise ValueError(f"--login {login} needs the password in ${PASSWORD_ENV}")
-            auth = (login, password)
+            raise ValueError(LOGIN_MOVED)
+        if accounts and trusted_header:
+            raise ValueError("choose one sign-in: --accounts or --trusted-header, not both")
+        access = AccessConfig(trusted_header=trusted_header, trusted_proxies=tuple(trusted_proxy))
         config = UIConfig(
             db_url=db,
             encoder=encoder,
             host=host,
             port=port,
-            auth=auth,
+            sign_in="header" if trusted_header else "accounts" if accounts else "none",
+            access=access,
+            ssl_certfile=ssl_certfile,
+            ssl_keyfile=ssl_keyfile,
             max_upload_mb=max_upload_mb,
             feature_cache_dir=features,
             reports_dir=reports,
             anchors_dir=anchors,
             reports_csv=tuple(reports_csv),
             index_kind=index,
+            dicomweb_url=dicomweb,
+            ohif_dir=ohif_dir,
         )
         from chexretrieve.app import ensure_port_free
         from chexretrieve.ui import serve_app
+        from chexretrieve.ui.app import check_sign_in
 
+        if config.plain_http_warning:
+            console.print(f"[yellow]warning:[/yellow] {escape(config.plain_http_warning)}")
         ensure_port_free(host, port)  # before the archive and the model are loaded
-        console.print(f"case lookup on http://{host}:{port} (Ctrl+C stops it)")
+        check_sign_in(config)
+        scheme = "https" if ssl_certfile else "http"
+        console.print(f"case lookup on {scheme}://{host}:{port} (Ctrl+C stops it)")
         serve_app(config)
     except (ValueError, OSError) as exc:  # busy port, missing store: one line, no traceback
         console.print(f"[red]error:[/red] {escape(str(exc))}")

@@ -1,8 +1,9 @@
 """The compare viewer's actions (no Gradio): open a result beside the query, window both, say why
 they are close. Opening a result is a view of its study and goes to the audit trail.
 
-Pixel values of archived images are read from their files once and kept (a few, LRU), shrunk to
-``viewer_px`` on the longer side, so a window change re-renders without decoding again.
+Pixel values of archived images are read from their files once and kept (a few, LRU) at their
+stored size and shrunk to ``viewer_px`` on the longer side, so a window change or a zoom to full
+resolution re-renders without decoding again.
 """
 
 from __future__ import annotations
@@ -13,11 +14,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from chexretrieve.dicom.viewing import PixelValues
+from chexretrieve.dicom.viewing import PixelValues, fitted_values
 from chexretrieve.findings import canonical_finding
 from chexretrieve.ui.handlers import CaseLookup, QueryImage, SearchSettings
 from chexretrieve.ui.render import esc, format_age, format_date, format_text
-from chexretrieve.ui.viewer import DEFAULT_PRESET, ViewerSide, compare_html, preset_window
+from chexretrieve.ui.viewer import DEFAULT_PRESET, ViewerSide, compare_html, windows_for
 
 
 @dataclass(frozen=True)
@@ -59,13 +60,15 @@ class CompareViewer:
     def __init__(self, lookup: CaseLookup, viewer_px: int = 1024, cache_entries: int = 16):
         self.lookup = lookup
         self.viewer_px = viewer_px
-        self._cache: OrderedDict[int, tuple[PixelValues, tuple[str, ...]]] = OrderedDict()
+        self._cache: OrderedDict[int, tuple[PixelValues, PixelValues, tuple[str, ...]]] = (
+            OrderedDict()
+        )
         self._capacity = cache_entries
         self._lock = threading.Lock()
 
-    def pixel_values(self, image_id: int) -> tuple[PixelValues, tuple[str, ...]]:
-        """An archived image's values (read once, cached) and notes; a stored thumbnail (or a
-        placeholder) when the file cannot be read here."""
+    def pixel_values(self, image_id: int) -> tuple[PixelValues, PixelValues, tuple[str, ...]]:
+        """An archived image's values fitted to ``viewer_px`` and at the stored size (read once,
+        cached) and notes; a stored thumbnail (or a placeholder) when the file cannot be read."""
         import os
 
         from chexretrieve.dicom import read_pixel_values
@@ -79,12 +82,15 @@ class CompareViewer:
         found = None
         if isinstance(path, str) and path and os.path.isfile(path):
             try:
-                found = (read_pixel_values(path, self.lookup.read_config, self.viewer_px), ())
+                full = read_pixel_values(path, self.lookup.read_config)
+                found = (fitted_values(full, self.viewer_px), full, ())
             except ValueError:
                 found = None
         if found is None:
+            thumb = _bytes_values(self.lookup.case_thumbnail(image_id), "stored thumbnail")
             found = (
-                _bytes_values(self.lookup.case_thumbnail(image_id), "stored thumbnail"),
+                thumb,
+                thumb,
                 ("the archived file is not readable here: its stored thumbnail is shown",),
             )
         with self._lock:
@@ -95,34 +101,47 @@ class CompareViewer:
 
     def query_side(self, query: QueryImage) -> ViewerSide:
         if query.source == "upload" and isinstance(query.values, PixelValues):
-            values, notes = query.values, ()
+            full, notes = query.values, ()
+            values = fitted_values(full, self.viewer_px)
         elif query.case_id is not None:
-            values, notes = self.pixel_values(query.case_id)
+            values, full, notes = self.pixel_values(query.case_id)
         else:
             values, notes = _bytes_values(self.lookup.render_query(query), "display"), ()
-        return ViewerSide(f"Query · {query.name}", values, _subtitle(query.metadata), notes)
+            full = values
+        return ViewerSide(f"Query · {query.name}", values, _subtitle(query.metadata), notes, full)
 
     def result_side(self, image_id: int, rank: int | None = None) -> ViewerSide:
-        values, notes = self.pixel_values(image_id)
+        values, full, notes = self.pixel_values(image_id)
         meta = self.lookup._metadata(int(image_id))
         where = f"Result #{rank} · " if rank else "Result · "
-        return ViewerSide(f"{where}case {int(image_id)}", values, _subtitle(meta), notes)
-
-    def preset(self, query: QueryImage | None, preset: str) -> tuple[float, float] | None:
-        """The window of a preset, computed on the query's values (None: each image's own)."""
-        if query is None:
-            raise ValueError("load a query first: presets are computed on the query image")
-        return preset_window(self.query_side(query).pixels, preset)
+        return ViewerSide(f"{where}case {int(image_id)}", values, _subtitle(meta), notes, full)
 
     def render(
-        self, query: QueryImage | None, image_id: int | None, window, rank=None,
-        preset: str | None = DEFAULT_PRESET,
+        self, query: QueryImage | None, image_id: int | None, windows=None, rank=None,
+        preset: str | None = DEFAULT_PRESET, full: bool = False,
     ) -> str:  # fmt: skip
-        """The panes under ``window`` (no audit record: the pair is already on screen)."""
+        """The panes, each under its own window (``windows``: the viewer's window state, see
+        ``chexretrieve.ui.viewer.updated_windows``), fitted or at full size (``full``); no audit
+        record: the pair is already on screen."""
         if query is None:
             raise ValueError("no query to show: pick a case or upload an image first")
         result = self.result_side(image_id, rank) if image_id is not None else None
-        return compare_html(self.query_side(query), result, window, preset)
+        typed = windows_for(windows, None if image_id is None else int(image_id))
+        return compare_html(self.query_side(query), result, typed, preset, full)
+
+    def _ohif_link(self, query: QueryImage, image_id: int, meta: dict, user: str | None) -> str:
+        """The pair in the OHIF viewer (a new tab), when the viewer is installed."""
+        if self.lookup.viewer_links is None or not meta.get("study_uid"):
+            return ""
+        query_study = None
+        if query.case_id is not None:
+            query_study = self.lookup._metadata(query.case_id).get("study_uid")
+        link = self.lookup.viewer_links(user, query_study, [(image_id, meta["study_uid"])])
+        return (
+            f"<p class='cx-sub'><a class='cx-ohif' href='{esc(link[image_id])}' target='_blank' "
+            "rel='noopener'>Open this pair in the OHIF viewer</a> (each image its own window, "
+            "all of OHIF's tools)</p>"
+        )
 
     def open(
         self,
@@ -155,6 +174,7 @@ class CompareViewer:
         result_html = f"<div class='cx-side'>{details}</div>"
         explanation = self.lookup.explain(query, settings, image_id)
         details = (
+            f"{self._ohif_link(query, image_id, meta, user)}"
             f"<div class='cx-sides'>{query_html}{result_html}</div>"
             f"<div class='cx-viewer-explanation'>{explanation}</div>"
         )

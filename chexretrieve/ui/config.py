@@ -1,17 +1,20 @@
 """Settings of the case-lookup UI (`chexretrieve serve`, `make demo`).
 
-Safe by default: loopback only, no public share link ever, an upload size cap, and a login is
-required before the app may listen on any other address.
+Safe by default: loopback only, no public share link ever, an upload size cap, and sign-in (the
+store's accounts or an SSO proxy's header) is required before the app may listen on any other
+address; plain HTTP there is warned about (``ssl_certfile``/``ssl_keyfile`` serve HTTPS).
 """
 
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-#: environment variable the CLI reads the login password from (never a command-line option)
-PASSWORD_ENV = "CHEXRETRIEVE_UI_PASSWORD"
+from chexretrieve.accounts.config import AccessConfig
+
+#: how users sign in (chexretrieve.ui.access): none (loopback only), accounts, header (SSO proxy)
+SIGN_IN_MODES = ("none", "accounts", "header")
 
 
 def is_loopback(host: str) -> bool:
@@ -31,15 +34,23 @@ class UIConfig:
     db_url: str | None = None
     # encoder spec the archive was ingested with (phantom, chexzero:FILE, hf-clip:DIR)
     encoder: str = "phantom"
-    # address to bind; anything but loopback needs `auth`
+    # address to bind; anything but loopback needs a sign-in mode other than "none"
     host: str = "127.0.0.1"
     # port to listen on
     port: int = 7860
     # folder for persisted gallery features and result thumbnails (thumbnails/ inside);
     # None = the search service's default feature folder, thumbnails kept in memory only
     feature_cache_dir: Path | None = None
-    # (user, password) required to open the app; None = no login (loopback only)
-    auth: tuple[str, str] | None = None
+    # how users sign in: "none" (no sign-in, loopback only), "accounts" (the store's user
+    # accounts, `chexretrieve users`), "header" (an SSO reverse proxy, AccessConfig.trusted_header)
+    sign_in: str = "none"
+    # password policy, sign-in throttling, session expiry, trusted proxies (AccessConfig)
+    access: AccessConfig = field(default_factory=AccessConfig)
+    # TLS certificate and private key (PEM) to serve HTTPS; None = plain HTTP (warned about on a
+    # non-loopback address)
+    ssl_certfile: Path | None = None
+    # the TLS private key (PEM) of ssl_certfile
+    ssl_keyfile: Path | None = None
     # largest accepted upload in MiB (DICOM / PNG / JPEG query images)
     max_upload_mb: int = 50
     # anchor-set folder searched and curated; None = $CHEXRETRIEVE_ANCHORS, else the repo's anchors/
@@ -68,19 +79,35 @@ class UIConfig:
     # fit and cache every geometry of the opening finding (then the default geometry of the
     # others) in a background thread at start, so no first search waits for a fit
     warm_up: bool = True
+    # the installed OHIF Viewer's dist/ folder served under /viewer; None = the one `make setup`
+    # installs (<venv>/ohif/3.13.2/dist), and no viewer links when it is not installed
+    ohif_dir: Path | None = None
+    # DICOMweb URL of the PACS the archive came from, read by OHIF directly; None = the app's own
+    # read-only /dicomweb endpoint (searched studies only, audited, de-identified unless PHI may
+    # be shown)
+    dicomweb_url: str | None = None
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:
             raise ValueError(f"port must be between 1 and 65535, got {self.port}")
-        if self.auth is not None:
-            user, password = self.auth
-            if not user or not password:
-                raise ValueError("a login needs a non-empty user name and password")
-        if not is_loopback(self.host) and self.auth is None:
+        if self.sign_in not in SIGN_IN_MODES:
             raise ValueError(
-                f"refusing to serve the archive on {self.host!r} without a login: add "
-                f"--login USER (password from ${PASSWORD_ENV}) or bind 127.0.0.1"
+                f"unknown sign-in mode {self.sign_in!r}; choose one of {', '.join(SIGN_IN_MODES)}"
             )
+        if not is_loopback(self.host) and self.sign_in == "none":
+            raise ValueError(
+                f"refusing to serve the archive on {self.host!r} without sign-in: add --accounts "
+                "(users from `chexretrieve users add`) or --trusted-header, or bind 127.0.0.1"
+            )
+        if self.sign_in == "header" and self.access.trusted_header is None:
+            raise ValueError(
+                "sign-in mode 'header' needs --trusted-header NAME and --trusted-proxy"
+            )
+        if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
+            raise ValueError("HTTPS needs both --ssl-certfile and --ssl-keyfile")
+        for tls in (self.ssl_certfile, self.ssl_keyfile):
+            if tls is not None and not Path(tls).is_file():
+                raise ValueError(f"TLS file {tls} does not exist or is not a file")
         if not 1 <= self.max_upload_mb <= 2048:
             raise ValueError(f"max_upload_mb must be between 1 and 2048, got {self.max_upload_mb}")
         if not 1 <= self.top_k <= 100:
@@ -98,9 +125,24 @@ class UIConfig:
             raise ValueError(
                 f"unknown index kind {self.index_kind!r}; choose one of: none, exact, hnsw, ivf"
             )
+        if self.dicomweb_url is not None and not self.dicomweb_url.startswith(
+            ("http://", "https://")
+        ):
+            raise ValueError(f"--dicomweb must be an http(s):// URL, got {self.dicomweb_url!r}")
         if self.upload_max_age_s < 1:
             raise ValueError(f"upload_max_age_s must be at least 1, got {self.upload_max_age_s}")
         if self.queue_size < 1:
             raise ValueError(f"queue_size must be at least 1, got {self.queue_size}")
         if not 32 <= self.thumbnail_px <= 1024:
             raise ValueError(f"thumbnail_px must be between 32 and 1024, got {self.thumbnail_px}")
+
+    @property
+    def plain_http_warning(self) -> str | None:
+        """The warning for plain HTTP on a non-loopback address (None: HTTPS or loopback)."""
+        if self.ssl_certfile is not None or is_loopback(self.host):
+            return None
+        return (
+            f"serving over plain HTTP on {self.host}: passwords, session cookies and studies "
+            "cross the network unencrypted; pass --ssl-certfile/--ssl-keyfile, or bind 127.0.0.1 "
+            "behind a TLS reverse proxy"
+        )

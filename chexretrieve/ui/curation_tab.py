@@ -9,6 +9,12 @@ from chexretrieve.findings import FINDINGS, canonical_finding
 from chexretrieve.ui.curation import CurationDesk, sentences_html, set_as_text
 from chexretrieve.ui.events import PRIVATE, attempt, who
 from chexretrieve.ui.handlers import CaseLookup
+from chexretrieve.ui.input_limits import (
+    MAX_ANCHOR_KEY,
+    MAX_CURATION_TEXT,
+    MAX_DESCRIPTION,
+    capped,
+)
 from chexretrieve.ui.lookup_tab import DEFAULT_FINDING, LookupTab
 from chexretrieve.ui.render import esc
 
@@ -84,10 +90,15 @@ def build_curation_tab(
 
         return attempt(act, lambda t: (gr.skip(), problem(t)))
 
-    def save_version(key, text, description, search_finding):
-        """Save; a bad line or an unchanged text is a message, the edit stays in the box."""
+    def save_version(key, text, description, search_finding, request: gr.Request):
+        """Save; a bad line or an unchanged text is a message, the edit stays in the box. Only a
+        curator (or admin) may: checked here, on the server, from the request's signed-in user."""
 
         def act():
+            lookup.access.require(request, "edit_anchor_sets")
+            capped(key, "the anchor set", MAX_ANCHOR_KEY)
+            capped(text, "the edited anchor set", MAX_CURATION_TEXT)
+            capped(description, "the description", MAX_DESCRIPTION)
             saved = curation.save_edit(key, text, description)
             status = (
                 f"Saved **{esc(saved.key)}** as `{esc(saved.path.name)}` · {esc(saved.summary)}"
@@ -109,10 +120,23 @@ def build_curation_tab(
     def impact(key, text):
         """The edit in the box (saved as a draft or not) against the version it was edited from;
         an unchanged box measures the selected version against the one before it."""
-        return attempt(lambda: curation.draft_impact(key, text), problem)
+
+        def act():
+            capped_edit(key, text)
+            return curation.draft_impact(key, text)
+
+        return attempt(act, problem)
+
+    def capped_edit(key, text, description=""):
+        capped(key, "the anchor set", MAX_ANCHOR_KEY)
+        capped(text, "the edited anchor set", MAX_CURATION_TEXT)
+        capped(description, "the description", MAX_DESCRIPTION)
 
     def save_draft(key, text, description, request: gr.Request):
+        """Anyone may save a draft (searches never read it); publishing needs a curator."""
+
         def act():
+            capped_edit(key, text, description)
             draft, problems = curation.save_draft(key, text, description, who(request))
             status = (
                 f"Draft of **{esc(draft.set_id)}** saved (edited from {esc(draft.base)}); searches "
@@ -137,6 +161,8 @@ def build_curation_tab(
 
     def publish(key, text, description, search_finding, request: gr.Request):
         def act():
+            lookup.access.require(request, "edit_anchor_sets")  # the curator role, server-side
+            capped_edit(key, text, description)
             saved = curation.publish(key, text, description, who(request))
             return published(saved, search_finding, "Published")
 
@@ -144,6 +170,8 @@ def build_curation_tab(
 
     def revert(key, search_finding, request: gr.Request):
         def act():
+            lookup.access.require(request, "edit_anchor_sets")
+            capped(key, "the anchor set", MAX_ANCHOR_KEY)
             return published(curation.revert(key, who(request)), search_finding, "Reverted:")
 
         return attempt(act, lambda t: (gr.skip(), problem(t), gr.skip(), gr.skip()))

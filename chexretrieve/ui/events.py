@@ -9,8 +9,10 @@ import gradio as gr
 
 from chexretrieve.ui.render import esc
 
-#: keyword arguments of every event listener: no public API endpoint for it
-PRIVATE = {"api_visibility": "private"}
+#: keyword arguments of every event listener: no API endpoint for it (hidden from the API page,
+#: and no name: Gradio calls it "false", "false_1", ...; the REST routes that would take a name
+#: are refused anyway by chexretrieve.ui.access.AccessGuard, only the page's queue reaches it)
+PRIVATE = {"api_visibility": "private", "api_name": False}
 #: what the page says when an action failed in a way no user input explains (logged in full)
 INTERNAL_ERROR = "the server could not finish this action (the error was logged); try again"
 

@@ -24,6 +24,7 @@ from chexretrieve.search.duplicates import content_signature
 from chexretrieve.search.explain import report_side
 from chexretrieve.search.gallery import SearchFilters
 from chexretrieve.search.service import SearchRequest, SearchResult
+from chexretrieve.ui.access import AccessControl
 from chexretrieve.ui.case_picker import (
     PickerPage,
     case_label,
@@ -31,12 +32,24 @@ from chexretrieve.ui.case_picker import (
     page_summary,
     parse_case_id,
 )
+from chexretrieve.ui.density_banner import density_banner_html, result_concepts_html
+from chexretrieve.ui.input_limits import (
+    MAX_ANCHOR_KEY,
+    MAX_DATE_TEXT,
+    MAX_FREE_TEXT,
+    MAX_ID_DIGITS,
+    MAX_PICKER_TEXT,
+    bounded_number,
+    capped,
+)
 from chexretrieve.ui.radiology_reports import ReportTexts
+from chexretrieve.ui.rare_cases import RARE_FIRST, rare_case_rows
 from chexretrieve.ui.render import details_html, esc, explanation_html, placeholder
 from chexretrieve.ui.results_html import (
     ResultRow,
     labels_html,
     percentiles,
+    png_data_uri,
     ranks,
     report_html,
     results_html,
@@ -147,7 +160,8 @@ def parse_filters(
     """
 
     def date(value: str | None, name: str) -> dt.date | None:
-        if value is None or not str(value).strip():
+        value = capped(value, name, MAX_DATE_TEXT)
+        if not value.strip():
             return None
         try:
             return dt.date.fromisoformat(str(value).strip()[:10])
@@ -155,17 +169,8 @@ def parse_filters(
             raise ValueError(f"{name} must be a date like 2024-03-31, not {value!r}") from None
 
     def number(value, open_end: float, name: str) -> float | None:
-        if value is None or value == "":
-            return None
-        try:
-            years = float(value)
-        except (TypeError, ValueError):
-            raise ValueError(f"{name} must be a number of years, not {value!r}") from None
-        if not AGE_ANY[0] <= years <= AGE_ANY[1]:
-            raise ValueError(
-                f"{name} must be between {AGE_ANY[0]} and {AGE_ANY[1]} years, not {years:g}"
-            )
-        return None if years == open_end else years
+        years = bounded_number(value, name, *AGE_ANY, unit="years")
+        return None if years is None or years == open_end else years
 
     return SearchFilters(
         views=tuple(views or ()),
@@ -195,6 +200,7 @@ class CaseLookup(ArchiveThumbnails):
         thumbnail_dir: Path | None = None,
         audit=None,
         report_texts: ReportTexts | None = None,
+        access: AccessControl | None = None,
     ):
         super().__init__(thumbnail_px, read_config, thumbnail_cache, read_threads, thumbnail_dir)
         self.service = service
@@ -202,11 +208,18 @@ class CaseLookup(ArchiveThumbnails):
         # (searches are recorded by the search service itself)
         self.audit = audit
         self.store = store
+        # who may do what (chexretrieve.ui.access): handlers call access.require(request, action)
+        self.access = access or AccessControl()
         self.anchors_dir = anchors_dir
         self.reports_dir = Path(reports_dir)
         self.case_page_size = case_page_size
-        self.report_texts = report_texts or ReportTexts()
+        self.report_texts = report_texts or ReportTexts(
+            stored=getattr(store, "report_for_image", None)
+        )
         self._serials = itertools.count(1)  # numbers the results pages this server sends
+        # (user, query study uid, [(image id, study uid)]) -> {image id: "Open in viewer" link};
+        # set by launch_app when the OHIF viewer is installed (chexretrieve.ui.viewer_links)
+        self.viewer_links = None
 
     # ---------------------------------------------------------------------------- archive
     @property
@@ -223,7 +236,7 @@ class CaseLookup(ArchiveThumbnails):
         return gallery.labels.loc[int(image_id)].to_dict()
 
     def report_of(self, image_id: int) -> str | None:
-        return self.report_texts.report_for(self._metadata(image_id).get("source_path"))
+        return self.report_texts.report_for(self._metadata(image_id).get("source_path"), image_id)
 
     def view_choices(self) -> list[str]:
         views = self.gallery.metadata["view_position"].dropna().astype(str).str.upper()
@@ -231,18 +244,25 @@ class CaseLookup(ArchiveThumbnails):
 
     def case_page(
         self, text: str | None = None, finding: str | None = None, status: str | None = None,
-        page: int = 0,
+        page: int = 0, user: str | None = None, record: bool = True,
     ) -> PickerPage:  # fmt: skip
-        """One page of the case picker: cases whose id or accession number starts with ``text``,
-        whose ``finding`` label has ``status`` ("any"/None = every case), with their labels."""
-        text = (text or "").strip()
+        """One page of the case picker: the case whose id or accession number is exactly
+        ``text`` (no prefix search: the picker is no oracle of accession numbers), or every case,
+        whose ``finding`` label has ``status`` ("any"/None = every case), with their labels.
+        Each page listed is audited (``view`` with ``what="picker"``: the query and the cases);
+        ``record=False`` only for a count no one sees listed (the page layout's summary)."""
+        text = capped(text, "the picker's id or accession", MAX_PICKER_TEXT).strip()
         status = None if status in (None, "", "any") else status
         finding = canonical_finding(finding) if finding else None
         size = self.case_page_size
-        page = max(0, int(page or 0))
+        page = max(0, min(int(page or 0), 10**9))
         gallery = self.gallery
         for _ in range(2):  # a page past the end (the archive shrank, a narrower filter): last one
-            if self.store is not None:
+            if status == RARE_FIRST:  # an order, not a label filter (chexretrieve.ui.rare_cases)
+                total, rows, _ = rare_case_rows(
+                    self.service, gallery, text, finding, page * size, size
+                )
+            elif self.store is not None:
                 found = self.store.find_cases(
                     text or None, finding if status else None, status, gallery.encoder_id,
                     offset=page * size, limit=size,
@@ -257,6 +277,10 @@ class CaseLookup(ArchiveThumbnails):
             if page < pages:
                 break
             page = pages - 1
+        if self.audit is not None and record:
+            picked = {"text": text or None, "finding": finding, "status": status, "page": page}
+            listed = [int(i) for i, _, _ in rows]
+            self.audit.record("view", user, what="picker", picker=picked, images=listed)
         choices = [(case_label(i, meta, finding, label), int(i)) for i, meta, label in rows]
         summary = page_summary(total, page, size, text, status)
         return PickerPage(choices, summary, page, pages, total)
@@ -313,7 +337,9 @@ class CaseLookup(ArchiveThumbnails):
         the query; ValueError when it is not a whole number or not archived."""
         if isinstance(image_id, float) and not float(image_id).is_integer():
             raise ValueError(f"a case id is a whole number such as 12, not {image_id!r}")
-        if isinstance(image_id, int | np.integer | float):
+        if isinstance(image_id, int | np.integer | float) and not isinstance(image_id, bool):
+            if abs(image_id) >= 10**MAX_ID_DIGITS:
+                raise ValueError(f"a case id has at most {MAX_ID_DIGITS} digits")
             image_id = str(int(image_id))
         image_id = self.resolve_case(image_id)
         gallery = self.service.gallery_containing(image_id)
@@ -347,7 +373,7 @@ class CaseLookup(ArchiveThumbnails):
             case_id=image_id,
             notes=notes,
             labels=self.labels_of(image_id),
-            report=self.report_texts.report_for(meta.get("source_path")),
+            report=self.report_texts.report_for(meta.get("source_path"), image_id),
         )
 
     def load_upload(
@@ -415,6 +441,18 @@ class CaseLookup(ArchiveThumbnails):
         return None if query is None else render_for_display(query.pixels)
 
     @staticmethod
+    def query_preview_html(query: QueryImage | None) -> str:
+        """The query's preview as an in-page ``data:`` PNG (as thumbnails are): no file of it is
+        ever written for the browser to fetch, so no other client can fetch it."""
+        if query is None:
+            return "<div class='cx-query-preview cx-query-empty'></div>"
+        uri = png_data_uri(CaseLookup.render_query(query), compress_level=3)
+        return (
+            f"<div class='cx-query-preview'><img class='cx-query-img' src='{uri}' "
+            f"alt='preview of {esc(query.name)}'></div>"
+        )
+
+    @staticmethod
     def query_details(query: QueryImage | None, finding: str | None = None) -> str:
         """Escaped HTML: the query's PHI-minimal details, labels and report."""
         if query is None:
@@ -441,13 +479,16 @@ class CaseLookup(ArchiveThumbnails):
 
     def _request(self, query: QueryImage, settings: SearchSettings, geometry: str,
                  relevant=(), not_relevant=()) -> SearchRequest:  # fmt: skip
+        # caps before any work: an oversized text is neither embedded nor audited
+        text = capped(settings.text, "the free text", MAX_FREE_TEXT).strip() or None
+        anchor_set = capped(settings.anchor_set, "the anchor set", MAX_ANCHOR_KEY) or None
         return SearchRequest(
             finding=settings.finding,
             geometry=geometry,
             case_id=query.case_id if query.source == "case" else None,
             image_embedding=query.embedding if query.source == "upload" else None,
-            text=(settings.text or "").strip() or None,
-            anchor_set=settings.anchor_set or None,
+            text=text,
+            anchor_set=anchor_set,
             top_k=settings.top_k,
             filters=settings.filters,
             relevant=tuple(int(i) for i in relevant),
@@ -510,7 +551,7 @@ class CaseLookup(ArchiveThumbnails):
                 hit=hit,
                 percentile=pct[i],
                 thumbnail_uri=self.thumbnail_uri(hit.image_id),
-                report=self.report_texts.report_for(hit.metadata.get("source_path")),
+                report=self.report_texts.report_for(hit.metadata.get("source_path"), hit.image_id),
                 baseline_rank=base_ranks[i],
                 baseline_percentile=base_pct[i],
                 same_status=None if calibration is None else calibration.at(hit.rank),
@@ -526,8 +567,17 @@ class CaseLookup(ArchiveThumbnails):
         )
         legend = similarity_legend(name.display, result.candidates, shown_baseline, calibration,
                                    finding)  # fmt: skip
+        links = None
+        if self.viewer_links is not None:
+            query_study = self._metadata(query.case_id).get("study_uid") if (
+                query.case_id is not None) else None  # fmt: skip
+            links = self.viewer_links(user, query_study, [
+                (h.image_id, h.metadata.get("study_uid")) for h in result.hits])  # fmt: skip
+        if hasattr(result.density, "log_density"):
+            note = ""  # the archive density's own typicality line says it (density_banner)
         html = results_html(list(rows), title, finding, legend, selected, relevant, not_relevant,
-                            shown_baseline, next(self._serials), note)  # fmt: skip
+                            shown_baseline, next(self._serials), links, note)  # fmt: skip
+        html = density_banner_html(result.density) + html  # OOD warning / typicality line
         step(1.0, "Done")
         return ResultsPage(result, rows, title, legend, html, shown_baseline)
 
@@ -579,7 +629,8 @@ class CaseLookup(ArchiveThumbnails):
             details_html(f"Result: case {image_id}", meta)
             + "<p class='cx-sub'>Labels</p>" + labels_html(self.labels_of(image_id), finding)
             + "<p class='cx-sub'>Report</p>"
-            + report_html(self.report_texts.report_for(meta.get("source_path")))
+            + report_html(self.report_texts.report_for(meta.get("source_path"), image_id))
+            + result_concepts_html(self.service, image_id)
         )  # fmt: skip
 
     @staticmethod

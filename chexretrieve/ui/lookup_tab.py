@@ -12,13 +12,14 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from chexretrieve.findings import FINDINGS
+from chexretrieve.findings import FINDINGS, NOT_MENTIONED
 from chexretrieve.geometry import GEOMETRIES, geometry_name
-from chexretrieve.ui.case_picker import STATUS_CHOICES, STATUS_WORDS
+from chexretrieve.ui.case_picker import PICKER_CHOICES
 from chexretrieve.ui.compare import CompareViewer
 from chexretrieve.ui.config import UIConfig
 from chexretrieve.ui.events import PRIVATE, attempt, who
 from chexretrieve.ui.handlers import AGE_ANY, CaseLookup, SearchSettings, parse_filters
+from chexretrieve.ui.input_limits import MAX_CASE_ID, MAX_DATE_TEXT, MAX_FREE_TEXT, MAX_PICKER_TEXT
 from chexretrieve.ui.page_scripts import RESULTS_JS
 from chexretrieve.ui.render import message_html
 from chexretrieve.ui.upload_guard import refused_upload_message, upload_guard_js
@@ -59,7 +60,8 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
     """Lay out the tab and wire its events (call inside ``gr.Blocks``)."""
     viewer = CompareViewer(lookup, config.viewer_px)
     anchor_choices, anchor_default = lookup.anchor_set_choices(DEFAULT_FINDING)
-    first_page = lookup.case_page(finding=DEFAULT_FINDING)
+    # only its count and summary go into the page; each user's listing comes at page load
+    first_page = lookup.case_page(finding=DEFAULT_FINDING, record=False)
     with gr.Tab("Case lookup", id="lookup"):
         query_state = gr.State(None)
         ids_state = gr.State(())  # image ids of the ranking on screen, best first
@@ -74,6 +76,7 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
                     case_id = gr.Textbox(
                         label="Case id or accession",
                         placeholder="e.g. 12",
+                        max_length=MAX_CASE_ID,
                         elem_id="case-id",
                         scale=3,
                         min_width=150,
@@ -87,21 +90,23 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
                 ):  # fmt: skip
                     with gr.Row(equal_height=True):
                         pick_text = gr.Textbox(
-                            label="Id or accession starts with",
+                            label="Exact id or accession",
+                            max_length=MAX_PICKER_TEXT,
                             elem_id="pick-text",
                             scale=2,
                             min_width=120,
                         )
                         pick_status = gr.Dropdown(
-                            [(STATUS_WORDS.get(s, s), s) for s in STATUS_CHOICES],
+                            # one word for a label not mentioned (issue 24)
+                            [(NOT_MENTIONED if c == "blank" else c, c) for c in PICKER_CHOICES],
                             value="any",
                             label="Label of the finding",
                             elem_id="pick-status",
                             scale=2,
                             min_width=120,
                         )
-                    case_pick = gr.Dropdown(
-                        choices=first_page.choices,
+                    case_pick = gr.Dropdown(  # filled per user at page load (audited)
+                        choices=[],
                         value=None,
                         label="Cases",
                         info=first_page.summary,
@@ -117,16 +122,8 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
                     height=120,
                     elem_id="upload",
                 )
-                query_image = gr.Image(
-                    show_label=False,
-                    type="numpy",
-                    image_mode="L",
-                    format="png",
-                    interactive=False,
-                    buttons=[],
-                    height=260,
-                    elem_id="query-image",
-                )
+                # the preview is in-page data (like the thumbnails), never a served file
+                query_image = gr.HTML(CaseLookup.query_preview_html(None), elem_id="query-image")
                 open_query_btn = gr.Button(
                     "Open the query in the compare viewer", size="sm", elem_id="open-query"
                 )
@@ -153,6 +150,7 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
                     free_text = gr.Textbox(
                         label="Free text (optional)",
                         placeholder="e.g. small left effusion",
+                        max_length=MAX_FREE_TEXT,
                         elem_id="free-text",
                     )
                     baseline = gr.Checkbox(
@@ -169,17 +167,18 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
                         sex = gr.Radio(
                             ["any", "F", "M", "O"], value="any", label="Sex", elem_id="f-sex"
                         )
-                        # no minimum/maximum: parse_filters says what is out of range
+                        # no minimum/maximum here: parse_filters checks the range (and NaN,
+                        # infinity, text) itself and says so above the results
                         age_min = gr.Number(AGE_ANY[0], label="Age from", elem_id="f-age-min")
                         age_max = gr.Number(AGE_ANY[1], label="Age to", elem_id="f-age-max")
                     with gr.Row():
                         date_from = gr.Textbox(
                             label="Study date from", placeholder="YYYY-MM-DD",
-                            elem_id="f-date-from",
+                            elem_id="f-date-from", max_length=MAX_DATE_TEXT,
                         )  # fmt: skip
                         date_to = gr.Textbox(
                             label="Study date to", placeholder="YYYY-MM-DD",
-                            elem_id="f-date-to",
+                            elem_id="f-date-to", max_length=MAX_DATE_TEXT,
                         )  # fmt: skip
                         label_known = gr.Checkbox(
                             label="Only cases labelled for the finding",
@@ -231,7 +230,7 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
         """Outputs for a new query (None after a failure): everything of the old one cleared."""
         info = message_html(note) if query is None else ""
         return (
-            info, query, CaseLookup.render_query(query), CaseLookup.query_details(query, fnd),
+            info, query, CaseLookup.query_preview_html(query), CaseLookup.query_details(query, fnd),
             NO_RESULTS, (), None, (), (), CaseLookup.feedback_text((), ()), NO_SELECTION, "",
             None, DEFAULT_PRESET, gr.update(visible=False), False,
         )  # fmt: skip
@@ -247,7 +246,7 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
         follows: the last output says whether one should)."""
 
         def act():
-            query = lookup.load_upload(path, viewer_px=config.viewer_px)
+            query = lookup.load_upload(path, viewer_px=None)  # full size: zoom shows it 1:1
             return (*new_query(query, fnd=fnd), None, True)
 
         def refused(text):
@@ -349,26 +348,34 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
     # ------------------------------------------------------------------ case picker
     picker_outputs = [case_pick, page_state, message]
 
-    def show_page(text, status, fnd, page):
+    def show_page(text, status, fnd, page, request: gr.Request | None = None):
         def act():
-            found = lookup.case_page(text, fnd, status, page)
+            found = lookup.case_page(text, fnd, status, page, user=who(request))
             return gr.update(choices=found.choices, value=None, info=found.summary), found.page, ""
 
         return attempt(act, lambda t: (gr.skip(), gr.skip(), message_html(t)))
 
     picker_inputs = [pick_text, pick_status, finding]
+
+    def first_page_of(text, status, fnd, request: gr.Request):
+        return show_page(text, status, fnd, 0, request)
+
+    def previous_page(text, status, fnd, page, request: gr.Request):
+        return show_page(text, status, fnd, page - 1, request)
+
+    def next_page(text, status, fnd, page, request: gr.Request):
+        return show_page(text, status, fnd, page + 1, request)
+
     for trigger in (pick_text.submit, pick_status.input):
-        trigger(lambda t, s, f: show_page(t, s, f, 0), picker_inputs, picker_outputs, **quietly)
-    prev_btn.click(lambda t, s, f, p: show_page(t, s, f, p - 1), [*picker_inputs, page_state],
-                   picker_outputs, **quietly)  # fmt: skip
-    next_btn.click(lambda t, s, f, p: show_page(t, s, f, p + 1), [*picker_inputs, page_state],
-                   picker_outputs, **quietly)  # fmt: skip
+        trigger(first_page_of, picker_inputs, picker_outputs, **quietly)
+    prev_btn.click(previous_page, [*picker_inputs, page_state], picker_outputs, **quietly)
+    next_btn.click(next_page, [*picker_inputs, page_state], picker_outputs, **quietly)
 
     # ------------------------------------------------------------------ search settings
-    def finding_changed(fnd, text, status):
+    def finding_changed(fnd, text, status, request: gr.Request):
         def act():
             choices, default = lookup.anchor_set_choices(fnd)
-            found = lookup.case_page(text, fnd, status, 0)
+            found = lookup.case_page(text, fnd, status, 0, user=who(request))
             listed = gr.update(choices=found.choices, value=None, info=found.summary)
             return gr.update(choices=choices, value=default), "", listed, 0
 
@@ -480,11 +487,13 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
 
     # ------------------------------------------------------------------ page load
     restored_outputs = [anchor_set, message, finding, geometry, case_id, free_text, views, sex,
-                        age_min, age_max, date_from, date_to, label_known]  # fmt: skip
+                        age_min, age_max, date_from, date_to, label_known,
+                        case_pick]  # fmt: skip
 
     def page_loaded(fnd, request: gr.Request):
         """Anchor-set versions as they are now (a version saved before a reload is offered, and
-        the latest is the default, as for the CLI), and the settings the address names."""
+        the latest is the default, as for the CLI), the settings the address names, and the
+        picker's first page for this user."""
         wanted = settings_from_url(getattr(request, "query_params", None))
 
         def act():
@@ -492,6 +501,8 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
             info = "" if got.uses_anchors else COSINE_NOTE
             usable = {"interactive": got.uses_anchors, "info": info}
             w = got.wanted
+            found = lookup.case_page(None, got.finding, None, 0, user=who(request))
+            listed = gr.update(choices=found.choices, value=None, info=found.summary)
 
             def value(v):
                 return gr.skip() if v is None else gr.update(value=v)
@@ -501,7 +512,7 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
                 gr.update(value=got.finding, **usable), value(got.geometry), value(w.case),
                 value(w.text), value(None if w.views is None else list(w.views)), value(w.sex),
                 value(w.age_min), value(w.age_max), value(w.date_from), value(w.date_to),
-                value(w.label_known),
+                value(w.label_known), listed,
             )  # fmt: skip
 
         def failed(text):

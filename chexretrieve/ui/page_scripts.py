@@ -2,11 +2,14 @@
 
 - ``RESULTS_JS``: a click (or Enter) on a result card or table row highlights it and sends
   ``pick`` with its case id; the server answers with the compare viewer.
-- ``VIEWER_JS``: zoom (wheel, +/−, Fit) of both images together with synchronised scrolling,
-  Shift-drag to pan, drag to window (left/right = width, up/down = centre, in pixel values) with
-  a live preview by an SVG linear transfer; the exact images follow from the server, sent a
-  ``window`` (dragged or typed centre / width) or a ``preset`` (a preset button). Escape closes
-  the viewer.
+- ``VIEWER_JS``: zoom (wheel, the +/−/Fit buttons and the + / - / 0 keys) of both images
+  together with synchronised scrolling; zoomed in, the images are asked for at their stored size
+  (``resolution``). Shift-drag pans; a drag on one image windows that image only (left/right =
+  width, up/down = centre, in its own pixel values) with a live preview by an SVG linear
+  transfer; the exact images follow from the server, sent a ``window`` (the pane, a dragged or
+  typed centre / width) or a ``preset`` (a preset button: each image on its own values). While
+  the viewer is open it keeps the keyboard focus: Tab and Shift-Tab cycle through its controls
+  and never reach the page behind it; Escape closes it.
 No data leaves the page but a case id or a window; nothing is fetched from elsewhere.
 """
 
@@ -45,6 +48,7 @@ if (!element.dataset.cxBound) {
   let zoom = 1;
   let drag = null;
   let syncing = false;
+  let askedFull = false;
   const SENSITIVITY = 400;  // pixels of drag for a change of one value span
   const svgNS = 'http://www.w3.org/2000/svg';
   if (!document.getElementById('cx-window-filters')) {
@@ -64,8 +68,8 @@ if (!element.dataset.cxBound) {
     svg.innerHTML = '<defs>' + defs + '</defs>';
     document.body.appendChild(svg);
   }
-  const viewer = () => element.querySelector('.cx-viewer');
   const frames = () => Array.from(element.querySelectorAll('.cx-pane-frame'));
+  const wantFull = () => zoom > 1;
   const applyZoom = () => {
     element.querySelectorAll('.cx-view-img').forEach((img) => {
       if (zoom === 1) {  // fit: CSS (object-fit: contain) keeps the aspect ratio
@@ -74,7 +78,10 @@ if (!element.dataset.cxBound) {
         return;
       }
       const frame = img.parentElement;
-      const natural = [Number(img.getAttribute('width')), Number(img.getAttribute('height'))];
+      // sizes are in the image's stored pixels, whichever resolution is on screen now
+      const stored = (img.dataset.stored || '').split('x').map(Number);
+      const natural = stored.length === 2 && stored[0] > 0 ? stored :
+        [Number(img.getAttribute('width')), Number(img.getAttribute('height'))];
       const fit = Math.min(frame.clientWidth / natural[0], frame.clientHeight / natural[1]);
       if (!(fit > 0)) return;
       img.classList.add('cx-zoomed');
@@ -85,11 +92,19 @@ if (!element.dataset.cxBound) {
     });
     const label = element.querySelector('.cx-zoom-level');
     if (label) label.textContent = Math.round(zoom * 100) + '%';
+    const reduced = element.querySelector('.cx-view-img[data-reduced="1"]');
+    if (zoom > 1 && reduced && !askedFull) {  // zoomed in: the stored pixels, once per render
+      askedFull = true;
+      trigger('resolution', {full: true});
+    }
   };
   const setZoom = (value) => {
     zoom = Math.min(8, Math.max(1, value));
     applyZoom();
   };
+  // the page-wide keys (+ / - / 0) zoom this viewer
+  window.__cxViewerZoom = (how) =>
+    setZoom(how === 'in' ? zoom * 1.5 : how === 'out' ? zoom / 1.5 : 1);
   const syncScroll = (source) => {
     if (syncing) return;
     syncing = true;
@@ -107,30 +122,31 @@ if (!element.dataset.cxBound) {
       syncScroll(event.target);
     }
   }, true);
-  const typedWindow = () => {
-    const center = element.querySelector('.cx-win-center');
-    const width = element.querySelector('.cx-win-width');
-    trigger('window', {center: center ? center.value : null, width: width ? width.value : null});
+  const typedWindow = (pane) => {
+    if (!pane) return;
+    const center = pane.querySelector('.cx-win-center');
+    const width = pane.querySelector('.cx-win-width');
+    trigger('window', {side: pane.dataset.side, center: center ? center.value : null,
+                       width: width ? width.value : null, full: wantFull()});
   };
   element.addEventListener('click', (event) => {
     const preset = event.target.closest('[data-preset]');
     if (preset) {
-      trigger('preset', {name: preset.dataset.preset});
+      trigger('preset', {name: preset.dataset.preset, full: wantFull()});
       return;
     }
     if (event.target.closest('[data-apply]')) {
-      typedWindow();
+      typedWindow(event.target.closest('.cx-pane'));
       return;
     }
     const button = event.target.closest('[data-zoom]');
     if (!button) return;
-    const how = button.dataset.zoom;
-    setZoom(how === 'in' ? zoom * 1.5 : how === 'out' ? zoom / 1.5 : 1);
+    window.__cxViewerZoom(button.dataset.zoom);
   });
   element.addEventListener('keydown', (event) => {
     if (event.key === 'Enter' && event.target.matches('.cx-win-center, .cx-win-width')) {
       event.preventDefault();
-      typedWindow();
+      typedWindow(event.target.closest('.cx-pane'));
     }
   });
   element.addEventListener('load', (event) => {
@@ -142,36 +158,34 @@ if (!element.dataset.cxBound) {
     setZoom(zoom * (event.deltaY < 0 ? 1.25 : 0.8));
   }, {passive: false});
   const number = (value) => Math.abs(value) >= 100 ? value.toFixed(0) : value.toPrecision(4);
-  const preview = (center, width) => {
-    element.querySelectorAll('.cx-pane[data-center]').forEach((pane) => {
-      const slope = Number(pane.dataset.width) / width;
-      let intercept = 0.5 * (1 - slope) + (Number(pane.dataset.center) - center) / width;
-      if (pane.dataset.invert === '1') intercept = 1 - slope - intercept;
-      const side = pane.dataset.side;
-      document.querySelectorAll('#cx-win-' + side + ' feComponentTransfer > *').forEach((f) => {
-        f.setAttribute('slope', String(slope));
-        f.setAttribute('intercept', String(intercept));
-      });
-      const img = pane.querySelector('.cx-view-img');
-      if (img) img.style.filter = 'url(#cx-win-' + side + ')';
+  const preview = (pane, center, width) => {  // only the pane being dragged changes
+    const slope = Number(pane.dataset.width) / width;
+    let intercept = 0.5 * (1 - slope) + (Number(pane.dataset.center) - center) / width;
+    if (pane.dataset.invert === '1') intercept = 1 - slope - intercept;
+    const side = pane.dataset.side;
+    document.querySelectorAll('#cx-win-' + side + ' feComponentTransfer > *').forEach((f) => {
+      f.setAttribute('slope', String(slope));
+      f.setAttribute('intercept', String(intercept));
     });
+    const img = pane.querySelector('.cx-view-img');
+    if (img) img.style.filter = 'url(#cx-win-' + side + ')';
     const readout = element.querySelector('.cx-window-readout');
     if (readout) {
-      readout.textContent = 'Same window on both: centre ' + number(center) + ' / width ' +
-        number(width) + ' (pixel values; release to apply)';
+      readout.textContent = side + ' C ' + number(center) + ' / W ' + number(width) +
+        ' (set on this image; release to apply)';
     }
   };
   element.addEventListener('pointerdown', (event) => {
     const img = event.target.closest('.cx-view-img');
-    const box = viewer();
-    if (!img || !box || event.button !== 0) return;
+    const pane = img && img.closest('.cx-pane[data-center]');
+    if (!img || !pane || event.button !== 0) return;
     event.preventDefault();
     const frame = img.parentElement;
     drag = {
-      x: event.clientX, y: event.clientY, pan: event.shiftKey, frame: frame,
+      x: event.clientX, y: event.clientY, pan: event.shiftKey, frame: frame, pane: pane,
       left: frame.scrollLeft, top: frame.scrollTop,
-      center: Number(box.dataset.center), width: Number(box.dataset.width),
-      span: Number(box.dataset.span), moved: false,
+      center: Number(pane.dataset.center), width: Number(pane.dataset.width),
+      span: Number(pane.dataset.span), moved: false,
     };
     img.setPointerCapture(event.pointerId);
   });
@@ -187,25 +201,68 @@ if (!element.dataset.cxBound) {
     }
     drag.newWidth = Math.max(1, drag.width + dx * drag.span / SENSITIVITY);
     drag.newCenter = drag.center + dy * drag.span / SENSITIVITY;
-    preview(drag.newCenter, drag.newWidth);
+    preview(drag.pane, drag.newCenter, drag.newWidth);
   });
   const release = () => {
     if (!drag) return;
     const done = drag;
     drag = null;
     if (done.pan || !done.moved || done.newWidth === undefined) return;
-    trigger('window', {center: done.newCenter, width: done.newWidth});
+    trigger('window', {side: done.pane.dataset.side, center: done.newCenter,
+                       width: done.newWidth, full: wantFull()});
   };
   element.addEventListener('pointerup', release);
   element.addEventListener('pointercancel', release);
-  watch('value', () => applyZoom());
+  watch('value', () => {
+    askedFull = false;
+    applyZoom();
+    const overlay = document.getElementById('viewer');
+    const box = element.querySelector('.cx-viewer');
+    if (box && overlay && overlay.getClientRects().length > 0 &&
+        !overlay.contains(document.activeElement)) {
+      box.focus({preventScroll: true});  // an opened viewer takes the keyboard
+    }
+  });
   if (!window.__cxViewerKeys) {
     window.__cxViewerKeys = true;
-    document.addEventListener('keydown', (event) => {
+    const overlayOpen = () => {
       const overlay = document.getElementById('viewer');
-      if (event.key === 'Escape' && overlay && overlay.getClientRects().length > 0) {
+      return overlay && overlay.getClientRects().length > 0 ? overlay : null;
+    };
+    const focusables = (root) => Array.from(root.querySelectorAll(
+      'button, input, select, textarea, a[href], [tabindex]:not([tabindex="-1"])'
+    )).filter((e) => !e.disabled && e.getClientRects().length > 0);
+    document.addEventListener('keydown', (event) => {
+      const overlay = overlayOpen();
+      if (!overlay) return;
+      if (event.key === 'Escape') {
         const close = document.getElementById('viewer-close');
         if (close) close.click();
+        return;
+      }
+      if (event.key === 'Tab') {  // keep the focus inside the viewer
+        const items = focusables(overlay);
+        if (items.length === 0) return;
+        const at = items.indexOf(document.activeElement);
+        let next = at + (event.shiftKey ? -1 : 1);
+        if (at < 0) next = event.shiftKey ? items.length - 1 : 0;
+        next = (next + items.length) % items.length;
+        event.preventDefault();
+        items[next].focus();
+        return;
+      }
+      const typing = event.target.matches && event.target.matches('input, textarea, select');
+      const zoomKey = {'+': 'in', '=': 'in', '-': 'out', '_': 'out', '0': 'fit'}[event.key];
+      if (zoomKey && !typing && !event.ctrlKey && !event.metaKey && window.__cxViewerZoom) {
+        event.preventDefault();
+        window.__cxViewerZoom(zoomKey);
+      }
+    });
+    document.addEventListener('focusin', (event) => {  // focus that escaped goes back
+      const overlay = overlayOpen();
+      if (overlay && !overlay.contains(event.target)) {
+        const items = focusables(overlay);
+        if (items.length > 0) items[0].focus();
       }
     });
   }

@@ -1,8 +1,10 @@
 """Report text of archived images, for the case lookup (no Gradio, nothing written).
 
-The store keeps labels but not report text, so reports come from CSV files with a ``Path`` column
-and a report column (``Report``, ``report``, ``Report Text`` or ``report_text``), as phantom
-archives write ``reports.csv`` and real archives can add a reports column to their labels CSV:
+First the report the store keeps for the image's study (``chexretrieve ingest`` stores MIMIC's
+report files and ``--reports`` CSVs; ``Store.report_for_image``). Else reports come from CSV files
+with a ``Path`` column and a report column (``Report``, ``report``, ``Report Text`` or
+``report_text``), as phantom archives write ``reports.csv`` and real archives can add a reports
+column to their labels CSV:
 
 - the files named in ``UIConfig.reports_csv`` (any number);
 - else a ``reports.csv`` in a folder above the archived file (the phantom layout), found once per
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import csv
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path, PurePath
 
 #: column names read as the report text (first found, compared case-insensitively)
@@ -48,10 +50,13 @@ def read_reports_csv(path: Path) -> dict[str, str]:
             key = _normalise(row.get(path_column) or "")
             text = " ".join((row.get(text_column) or "").split())
             if key and text:
-                found[key] = (
-                    text if len(text) <= MAX_REPORT_CHARS else text[:MAX_REPORT_CHARS] + "…"
-                )
+                found[key] = _shortened(text)
         return found
+
+
+def _shortened(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= MAX_REPORT_CHARS else text[:MAX_REPORT_CHARS] + "…"
 
 
 def _normalise(path: str) -> str:
@@ -62,8 +67,14 @@ def _normalise(path: str) -> str:
 class ReportTexts:
     """Report text by archived source path (see the module doc); files are read once, lazily."""
 
-    def __init__(self, csv_files: Sequence[Path] = ()):
+    def __init__(
+        self,
+        csv_files: Sequence[Path] = (),
+        stored: Callable[[int], str | None] | None = None,
+    ):
         self.csv_files = tuple(Path(p) for p in csv_files)
+        self.stored = stored  # image id -> the store's report of its study (or None)
+        self._by_image: dict[int, str | None] = {}
         self._lock = threading.Lock()
         self._configured: dict[str, str] | None = None
         self._by_folder: dict[Path, dict[str, str] | None] = {}
@@ -87,8 +98,16 @@ class ReportTexts:
             self._by_folder[folder] = table
         return self._by_folder[folder]
 
-    def report_for(self, source_path: str | None) -> str | None:
-        """The report of the image read from ``source_path``, or None when none is known."""
+    def report_for(self, source_path: str | None, image_id: int | None = None) -> str | None:
+        """The report of image ``image_id`` (the store's), else of the image read from
+        ``source_path`` (the CSVs'), or None when none is known."""
+        if self.stored is not None and image_id is not None:
+            key = int(image_id)
+            if key not in self._by_image:
+                text = self.stored(key)
+                self._by_image[key] = _shortened(text) if text else None
+            if self._by_image[key] is not None:
+                return self._by_image[key]
         if not isinstance(source_path, str) or not source_path:
             return None
         with self._lock:

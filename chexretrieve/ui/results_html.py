@@ -119,6 +119,16 @@ def _mark(image_id: int, relevant: set[int], not_relevant: set[int]) -> str:
     return ""
 
 
+def _viewer_link(url: str | None, image_id: int) -> str:
+    if not url:
+        return ""
+    return (
+        f"<a class='cx-ohif' href='{esc(url)}' target='_blank' rel='noopener' "
+        f"title='Open the query and case {image_id} side by side in the OHIF viewer'>"
+        "Open in viewer</a>"
+    )
+
+
 def results_html(
     rows: list[ResultRow],
     title: str,
@@ -129,11 +139,13 @@ def results_html(
     not_relevant: Iterable[int] = (),
     baseline: bool = False,
     serial: int = 0,
+    viewer_links: Mapping[int, str] | None = None,
     note: str = "",
 ) -> str:
     """Cards and table of one ranking (escaped); ``selected`` is highlighted in both. ``serial``
     numbers the answers of one server (``data-serial``: a new answer is told from an identical
-    earlier one)."""
+    earlier one). ``viewer_links``: image id -> its "Open in viewer" link (OHIF, a new tab)."""
+    links = dict(viewer_links or {})
     relevant, not_relevant = set(relevant), set(not_relevant)
     root = f"<div class='cx-results' data-serial='{int(serial)}'>"
     if not rows:
@@ -149,7 +161,9 @@ def results_html(
         state = " cx-selected" if chosen else ""
         label = label_word(hit.labels.get(finding))
         mark = _mark(image_id, relevant, not_relevant)
+        link = _viewer_link(links.get(image_id), image_id)
         cards.append(
+            f"<div class='cx-card-cell'>"
             f"<button type='button' class='cx-card{state}' data-case='{image_id}' "
             f"aria-pressed='{'true' if chosen else 'false'}' "
             f"title='Compare case {image_id} with the query'>"
@@ -158,6 +172,7 @@ def results_html(
             f"<span class='cx-card-text'><span class='cx-sim' title='percentile "
             f"{format_percentile(row.percentile)}'>{_similarity(row)}</span> "
             f"{_chip(label)}</span></button>"
+            f"{link}</div>"
         )
         m = hit.metadata
         report = row.report or ""
@@ -182,12 +197,13 @@ def results_html(
             f"<td>{esc(format_age(m.get('patient_age_years')))}</td>"
             f"<td>{esc(format_date(m.get('study_date')))}</td>"
             f"<td>{_chip(label)}</td>"
-            f"<td class='cx-text cx-report' title='{esc(report)}'>{esc(excerpt) or '—'}</td></tr>"
+            f"<td class='cx-text cx-report' title='{esc(report)}'>{esc(excerpt) or '—'}</td>"
+            f"{f'<td>{link}</td>' if links else ''}</tr>"
         )
     calibrated = bool(rows) and rows[0].same_status is not None
     heads = ["#", "case", "same status" if calibrated else "similarity"]
     heads += ["cosine (baseline)"] if baseline else []
-    heads += ["view", "sex", "age", "date", finding, "report"]
+    heads += ["view", "sex", "age", "date", finding, "report"] + (["viewer"] if links else [])
     head = "".join(f"<th>{esc(h)}</th>" for h in heads)
     return (
         f"{root}<div class='cx-results-title'>{esc(title)}</div>"

@@ -45,6 +45,10 @@ td.cx-num {font-variant-numeric: tabular-nums}
   padding: 0.3rem; border: 2px solid var(--border-color-primary); border-radius: 6px;
   background: var(--background-fill-primary); cursor: pointer; text-align: left;
   font: inherit; color: inherit; min-width: 0}
+.cx-card-cell {display: flex; flex-direction: column; gap: 0.15rem; min-width: 0}
+.cx-card-cell > .cx-card {flex: 1}
+a.cx-ohif {font-size: 0.78rem; color: var(--color-accent); text-decoration: underline;
+  white-space: nowrap}
 .cx-card img {width: 100%; aspect-ratio: 1 / 1; object-fit: contain; background: #000;
   border-radius: 3px; display: block}
 .cx-card-text {font-size: 0.78rem; line-height: 1.25rem; white-space: normal;
@@ -87,7 +91,13 @@ table.cx-result-table td.cx-report {white-space: normal; min-width: 14rem; font-
 .cx-pane {margin: 0; min-width: 0}
 .cx-pane figcaption {font-size: 0.88rem; padding: 0.15rem 0; white-space: nowrap;
   overflow: hidden; text-overflow: ellipsis}
-.cx-pane-frame {height: calc(100vh - 15rem); min-height: 260px; overflow: auto;
+.cx-pane-window {display: flex; align-items: center; gap: 0.35rem; flex-wrap: wrap;
+  font-size: 0.82rem; padding: 0 0 0.2rem}
+.cx-pane-window button {border: 1px solid var(--border-color-primary); border-radius: 4px;
+  background: var(--background-fill-secondary); padding: 0.05rem 0.5rem; cursor: pointer;
+  font: inherit}
+.cx-viewer:focus {outline: none}
+.cx-pane-frame {height: calc(100vh - 17rem); min-height: 260px; overflow: auto;
   background: #000; border-radius: 4px; display: flex; align-items: safe center;
   justify-content: safe center; touch-action: none}
 .cx-pane-empty .cx-pane-frame {background: var(--background-fill-secondary)}
@@ -97,6 +107,10 @@ table.cx-result-table td.cx-report {white-space: normal; min-width: 14rem; font-
 .cx-window-readout {font-size: 0.82rem; margin: 0; font-variant-numeric: tabular-nums}
 .cx-sides {display: grid; grid-template-columns: 1fr 1fr; gap: 1rem}
 .cx-lookup .cx-query-panel {min-width: 300px}
+.cx-query-preview {height: 260px; background: #000; border-radius: 4px; display: flex;
+  align-items: center; justify-content: center; overflow: hidden}
+.cx-query-empty {background: var(--background-fill-secondary)}
+.cx-query-img {display: block; max-width: 100%; max-height: 100%; object-fit: contain}
 #upload {min-height: 0}
 #upload [data-testid="upload-icon"] {display: none}
 #upload button.upload-container {padding-top: 2.1rem; box-sizing: border-box}

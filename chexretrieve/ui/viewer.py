@@ -1,21 +1,26 @@
-"""The compare viewer (no Gradio): the query and one result side by side at viewing size, under a
-window in the images' own pixel values.
+"""The compare viewer (no Gradio): the query and one result side by side at viewing size, each
+under its own window in its own pixel values.
 
-Window rules:
-- No window chosen (``None``): each image under its own default, the first DICOM Window Center /
-  Width of its file (a file with only a VOI LUT Sequence: the linear window over which the LUT
-  rises; PNG / JPEG: the bit depth; without any of these: the value range).
-- A preset or a drag: the same (centre, width) on both images. Radiographs have no Hounsfield
-  scale, so the presets are windows over the query's own value distribution (percentiles, mirrored
-  for images whose low values show white): *lung* the darker part of the image, *mediastinum* the
-  soft-tissue middle, *bone* the brightest part.
-Images are rendered on the server (``chexretrieve.dicom.linear_window``) and sent as ``data:`` PNGs;
+Window rules (every image keeps its own window, as in a PACS viewport):
+- No window chosen: each image under its own default, the first DICOM Window Center / Width of
+  its file (a file with only a VOI LUT Sequence: the linear window over which the LUT rises; PNG /
+  JPEG: the bit depth; without any of these: the value range).
+- A preset: computed on *each* image's own value distribution (percentiles, mirrored for images
+  whose low values show white). Radiographs have no Hounsfield scale, so a preset is a part of the
+  picture: *lung* the darker part, *mediastinum* the soft-tissue middle, *bone* the brightest.
+  A MONOCHROME1 query beside a MONOCHROME2 result, or a 15-bit image beside a 12-bit one, each get
+  the window that shows that part of *their* picture.
+- A typed or dragged window: on the one pane it was typed in or dragged on (the other keeps its
+  own). Its values are that image's pixel values.
+Images are rendered on the server (``chexretrieve.dicom.linear_window``) and sent as ``data:`` PNGs,
+at ``viewer_px`` on the longer side when fitted and at the stored size once zoomed in (``full``);
 zoom and the live preview while dragging happen in the browser (``chexretrieve.ui.page_scripts``).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -35,18 +40,24 @@ DEFAULT_PRESET = "DICOM default"
 PRESET_CHOICES = (DEFAULT_PRESET, *WINDOW_PRESETS)
 
 
+#: the two panes, in screen order
+SIDES = ("query", "result")
+
+
 @dataclass(frozen=True)
 class ViewerSide:
     """One pane of the viewer."""
 
     # heading above the image ("Query · case 5", "Result #2 · case 17")
     title: str
-    # the image's values and default window
+    # the image's values at fitted viewing size (presets and defaults are computed on these)
     pixels: PixelValues
     # PHI-minimal line under the heading (view, sex, age, date)
     subtitle: str = ""
     # notes about reading the image (shown under it)
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # the values at the stored size, when ``pixels`` is smaller (None: ``pixels`` is full size)
+    full_pixels: PixelValues | None = None
 
 
 def preset_window(values: PixelValues, preset: str) -> tuple[float, float] | None:
@@ -66,54 +77,76 @@ def preset_window(values: PixelValues, preset: str) -> tuple[float, float] | Non
     return float(a + b) / 2, width
 
 
-def window_of(side: ViewerSide, window: tuple[float, float] | None) -> tuple[float, float]:
-    """The window a pane is shown under: the chosen one, else the image's own default."""
-    if window is None:
-        return side.pixels.default_center, side.pixels.default_width
-    return check_window(*window)
+def pane_window(
+    side: ViewerSide, preset: str | None, typed: tuple[float, float] | None
+) -> tuple[tuple[float, float], str]:
+    """The window one pane is shown under and where it comes from: a window typed or dragged on
+    this pane, else the preset over this image's own values, else the image's own default."""
+    if typed is not None:
+        return check_window(*typed), "set on this image"
+    if preset not in (None, DEFAULT_PRESET):
+        found = preset_window(side.pixels, str(preset))
+        if found is not None:
+            return found, f"{preset} preset on its own values"
+    return (side.pixels.default_center, side.pixels.default_width), side.pixels.window_source
 
 
 def _number(value: float) -> str:
     return f"{value:.0f}" if abs(value) >= 100 or float(value).is_integer() else f"{value:.4g}"
 
 
-def window_text(window: tuple[float, float] | None, sides: list[ViewerSide]) -> str:
-    """Plain text: which window each pane shows."""
-    if window is None:
-        parts = [
-            f"{s.title.split(' · ')[0].lower()} C {_number(s.pixels.default_center)} / "
-            f"W {_number(s.pixels.default_width)} ({s.pixels.window_source})"
-            for s in sides
-        ]
-        return "Each image under its own default window: " + "; ".join(parts)
-    center, width = window
-    return f"Same window on both: centre {_number(center)} / width {_number(width)} (pixel values)"
+def window_text(shown: list[tuple[str, tuple[float, float], str]]) -> str:
+    """Plain text: which window each pane shows ((role, (centre, width), source) per pane)."""
+    parts = [f"{role} C {_number(c)} / W {_number(w)} ({how})" for role, (c, w), how in shown]
+    defaults = all(
+        not how.endswith("own values") and how != "set on this image" for *_, how in shown
+    )
+    lead = (
+        "Each image under its own default window: "
+        if defaults
+        else "Each image under its own window: "
+    )
+    return lead + "; ".join(parts)
 
 
-def _pane(side: ViewerSide | None, window, role: str) -> str:
+def _pane(side: ViewerSide | None, role: str, window, how: str, full: bool) -> str:
     if side is None:
         return (
             f"<figure class='cx-pane cx-pane-empty' data-side='{role}'><figcaption>"
             "<b>Result</b></figcaption><div class='cx-pane-frame'><p class='cx-note'>Select a "
             "result to compare it with the query.</p></div></figure>"
         )
-    center, width = window_of(side, window)
-    grey = linear_window(side.pixels.values, center, width, side.pixels.invert)
+    center, width = window
+    pixels = side.full_pixels if full and side.full_pixels is not None else side.pixels
+    grey = linear_window(pixels.values, center, width, pixels.invert)
     rows, cols = grey.shape
+    reduced = int((rows, cols) != tuple(side.pixels.stored_shape))
+    span = max(1.0, side.pixels.high - side.pixels.low)
     notes = "".join(f"<p class='cx-note'>{esc(n)}</p>" for n in side.notes)
+    fields = (
+        f"<div class='cx-pane-window' role='group' aria-label='{role} window'>"
+        f"<label class='cx-win-field'>centre <input type='number' class='cx-win-center' "
+        f"step='any' value='{_number(center)}' aria-label='{role} window centre'></label>"
+        f"<label class='cx-win-field'>width <input type='number' class='cx-win-width' "
+        f"step='any' min='1' value='{_number(width)}' aria-label='{role} window width'></label>"
+        f"<button type='button' class='cx-win-apply' data-apply='{role}'>Apply</button>"
+        f"<span class='cx-note cx-win-source'>{esc(how)}</span></div>"
+    )
+    stored = side.pixels.stored_shape
     return (
         f"<figure class='cx-pane' data-side='{role}' data-center='{center!r}' "
-        f"data-width='{width!r}' data-invert='{int(side.pixels.invert)}'>"
+        f"data-width='{width!r}' data-span='{span!r}' data-invert='{int(pixels.invert)}'>"
         f"<figcaption><b>{esc(side.title)}</b> <span class='cx-note'>{esc(side.subtitle)}</span>"
-        f"</figcaption><div class='cx-pane-frame'>"
+        f"</figcaption>{fields}<div class='cx-pane-frame'>"
         f"<img class='cx-view-img' src='{png_data_uri(grey, compress_level=3)}' "
-        f"width='{cols}' height='{rows}' alt='{esc(side.title)}' draggable='false'></div>"
+        f"width='{cols}' height='{rows}' data-reduced='{reduced}' "
+        f"data-stored='{stored[1]}x{stored[0]}' alt='{esc(side.title)}' draggable='false'></div>"
         f"{notes}</figure>"
     )
 
 
-def _tools(center: float, width: float, preset: str | None) -> str:
-    """The toolbar: window presets, centre / width inputs (pixel values), zoom."""
+def _tools(preset: str | None) -> str:
+    """The toolbar: window presets (each on its image's own values), zoom."""
     presets = "".join(
         f"<button type='button' class='cx-preset{' cx-on' if name == preset else ''}' "
         f"data-preset='{esc(name)}' aria-pressed='{'true' if name == preset else 'false'}'>"
@@ -122,46 +155,44 @@ def _tools(center: float, width: float, preset: str | None) -> str:
     )
     return (
         "<div class='cx-tools'><div class='cx-tool-group' role='group' aria-label='window'>"
-        f"<span class='cx-tool-label'>Window</span>{presets}"
-        "<label class='cx-win-field'>centre <input type='number' class='cx-win-center' "
-        f"step='any' value='{_number(center)}' aria-label='window centre'></label>"
-        "<label class='cx-win-field'>width <input type='number' class='cx-win-width' "
-        f"step='any' min='1' value='{_number(width)}' aria-label='window width'></label>"
-        "<button type='button' class='cx-win-apply' data-apply='1'>Apply</button></div>"
+        f"<span class='cx-tool-label'>Window (each image its own)</span>{presets}</div>"
         "<div class='cx-tool-group cx-zoom' role='group' aria-label='zoom'>"
         "<span class='cx-tool-label'>Zoom</span>"
-        "<button type='button' data-zoom='out' title='Zoom out'>−</button>"
-        "<button type='button' data-zoom='fit' title='Fit both images'>Fit</button>"
-        "<button type='button' data-zoom='in' title='Zoom in'>+</button>"
+        "<button type='button' data-zoom='out' title='Zoom out (-)'>−</button>"
+        "<button type='button' data-zoom='fit' title='Fit both images (0)'>Fit</button>"
+        "<button type='button' data-zoom='in' title='Zoom in (+)'>+</button>"
         "<span class='cx-zoom-level'>100%</span></div>"
-        "<span class='cx-note'>Drag on an image: left/right = width, up/down = centre; wheel "
-        "zooms both; Shift-drag pans.</span></div>"
+        "<span class='cx-note'>Drag on an image: left/right = its width, up/down = its centre; "
+        "wheel or +/− zooms both (full resolution when zoomed in); Shift-drag pans; Tab stays "
+        "in the viewer; Esc closes.</span></div>"
     )
 
 
 def compare_html(
     query: ViewerSide,
     result: ViewerSide | None,
-    window: tuple[float, float] | None,
+    windows: Mapping[str, tuple[float, float]] | None = None,
     preset: str | None = DEFAULT_PRESET,
+    full: bool = False,
 ) -> str:
-    """The toolbar, both panes (escaped; images rendered under ``window``) and the window
-    read-out. The page script reads ``data-center`` / ``data-width`` / ``data-span`` to drag;
-    ``preset`` is the preset button shown pressed (None: a window typed or dragged)."""
-    sides = [query] + ([result] if result is not None else [])
-    span = max(1.0, query.pixels.high - query.pixels.low)
-    if result is not None:
-        span = max(span, result.pixels.high - result.pixels.low)
-    if window is None:
-        center, width = query.pixels.default_center, query.pixels.default_width
-    else:
-        center, width = check_window(*window)
+    """The toolbar, both panes (escaped; each image under its own window) and the window
+    read-out. ``windows`` holds a window typed or dragged on a pane ({"query"|"result": (centre,
+    width)}); a pane without one shows ``preset`` over its own values (the DICOM default: its own
+    default window). ``full``: the images at their stored size (zoomed in), else fitted. The page
+    script reads each pane's ``data-center`` / ``data-width`` / ``data-span`` to drag."""
+    windows = dict(windows or {})
+    panes, shown = [], []
+    for role, side in zip(SIDES, (query, result), strict=True):
+        if side is None:
+            panes.append(_pane(None, role, None, "", full))
+            continue
+        window, how = pane_window(side, preset, windows.get(role))
+        shown.append((role, window, how))
+        panes.append(_pane(side, role, window, how, full))
     return (
-        f"<div class='cx-viewer' data-center='{center!r}' data-width='{width!r}' "
-        f"data-span='{span!r}'>{_tools(center, width, preset)}"
-        f"<div class='cx-panes'>{_pane(query, window, 'query')}"
-        f"{_pane(result, window, 'result')}</div>"
-        f"<p class='cx-window-readout'>{esc(window_text(window, sides))}</p></div>"
+        f"<div class='cx-viewer' tabindex='-1' aria-label='compare viewer'>{_tools(preset)}"
+        f"<div class='cx-panes'>{''.join(panes)}</div>"
+        f"<p class='cx-window-readout'>{esc(window_text(shown))}</p></div>"
     )
 
 
@@ -174,3 +205,29 @@ def parse_window(center: object, width: object) -> tuple[float, float]:
     ):
         raise ValueError("type both a window centre and a width (pixel values), or pick a preset")
     return check_window(center, width)
+
+
+def updated_windows(
+    windows: Mapping | None, side: str, window: tuple[float, float], result_id: int | None
+) -> dict:
+    """The viewer's window state after a window typed or dragged on ``side``: the other pane's
+    window is kept; a result window remembers which result it was set on."""
+    if side not in SIDES:
+        raise ValueError(f"no pane {side!r} in the viewer (query or result)")
+    state = dict(windows or {})
+    state[side] = tuple(check_window(*window))
+    if side == "result":
+        state["result_id"] = result_id
+    return state
+
+
+def windows_for(windows: Mapping | None, result_id: int | None) -> dict:
+    """The typed windows that apply to the panes showing ``result_id`` beside the query (a window
+    set on another result does not carry over to this one)."""
+    state = dict(windows or {})
+    found = {}
+    if state.get("query") is not None:
+        found["query"] = tuple(state["query"])
+    if state.get("result") is not None and state.get("result_id") == result_id:
+        found["result"] = tuple(state["result"])
+    return found

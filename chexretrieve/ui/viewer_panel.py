@@ -1,7 +1,8 @@
 """The compare viewer's panel: a full-window layer over the case lookup with the query and one
-result side by side, its toolbar (window presets, centre / width in pixel values, zoom), the two
-images' labels and reports and the explanation. The window events (a preset, a typed or dragged
-window) and closing are wired here; opening it and its feedback buttons by the lookup tab."""
+result side by side, its toolbar (window presets on each image's own values, zoom), a centre /
+width per image, the two images' labels and reports and the explanation. The window events (a
+preset, a window typed or dragged on one image), the full-resolution render on zoom and closing
+are wired here; opening it and its feedback buttons by the lookup tab."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from chexretrieve.ui.compare import CompareViewer
 from chexretrieve.ui.events import PRIVATE, attempt
 from chexretrieve.ui.page_scripts import VIEWER_JS
 from chexretrieve.ui.render import message_html
-from chexretrieve.ui.viewer import DEFAULT_PRESET, parse_window
+from chexretrieve.ui.viewer import DEFAULT_PRESET, parse_window, updated_windows
 
 
 @dataclass(frozen=True)
@@ -23,7 +24,8 @@ class ViewerPanel:
     column: gr.Column
     # whether the viewer is open (the column is visible)
     is_open: gr.State
-    # (centre, width) in pixel values applied to both images; None = each image's own default
+    # windows typed or dragged on one image ({"query"|"result": (centre, width), "result_id"});
+    # None = each image under the preset over its own values (or its own default)
     window: gr.State
     # the preset shown pressed (None after a typed or dragged window)
     preset: gr.State
@@ -66,37 +68,55 @@ def wire_viewer_panel(panel: ViewerPanel, viewer: CompareViewer, query_state, se
                       ids_state) -> None:  # fmt: skip
     """A preset, a typed or a dragged window (the same window on both images), and closing."""
 
-    def rerender(query, selected, ids, window, preset):
+    def rerender(query, selected, ids, windows, preset, full):
         ids = tuple(ids or ())
         rank = ids.index(selected) + 1 if selected in ids else None
-        return viewer.render(query, selected, window, rank, preset)
+        return viewer.render(query, selected, windows, rank, preset, bool(full))
 
     def failed(text):
         return message_html(text), gr.skip(), gr.skip(), gr.skip()
 
     def chose_preset(query, selected, ids, evt: gr.EventData):
-        name = (evt._data or {}).get("name")
+        data = evt._data or {}
 
         def act():
-            window = viewer.preset(query, str(name))
-            return "", window, name, rerender(query, selected, ids, window, name)
+            name = str(data.get("name"))
+            # a preset applies to both images, each on its own values: typed windows are cleared
+            html = rerender(query, selected, ids, None, name, data.get("full"))
+            return "", None, name, html
 
         return attempt(act, failed)
 
-    def set_window(query, selected, ids, evt: gr.EventData):
+    def set_window(query, selected, ids, windows, preset, evt: gr.EventData):
         data = evt._data or {}
 
         def act():
             window = parse_window(data.get("center"), data.get("width"))
-            return "", window, None, rerender(query, selected, ids, window, None)
+            state = updated_windows(windows, str(data.get("side", "")), window, selected)
+            html = rerender(query, selected, ids, state, preset, data.get("full"))
+            return "", state, preset, html
 
         return attempt(act, failed)
+
+    def full_resolution(query, selected, ids, windows, preset, evt: gr.EventData):
+        full = bool((evt._data or {}).get("full"))
+        return attempt(
+            lambda: (
+                "",
+                gr.skip(),
+                gr.skip(),
+                rerender(query, selected, ids, windows, preset, full),
+            ),
+            failed,
+        )
 
     outputs = [panel.message, panel.window, panel.preset, panel.images]
     context = [query_state, selected_state, ids_state]
     on_images = {**PRIVATE, "show_progress_on": [panel.images]}
     panel.images.preset(chose_preset, context, outputs, **on_images)
-    panel.images.window(set_window, context, outputs, **on_images)
+    windowed = [*context, panel.window, panel.preset]
+    panel.images.window(set_window, windowed, outputs, **on_images)
+    panel.images.resolution(full_resolution, windowed, outputs, **PRIVATE, show_progress="hidden")
     panel.close.click(
         lambda: (gr.update(visible=False), False, ""),
         None,

@@ -38,6 +38,14 @@ CATEGORIES = {
     "test_adv_llm": "10 LLM endpoint faults",
     "test_adv_audit": "11 audit log, no PHI in logs",
     "test_adv_load": "12 load",
+    # issue 23's findings
+    "test_adv_audit_failclosed": "13 audit fails closed (full disk)",
+    "test_adv_audit_keyed": "14 audit tampering, verify, export",
+    "test_adv_store_generation": "15 ingest while a server answers",
+    "test_adv_feature_cache": "16 damaged feature cache files",
+    "test_adv_readonly_store": "17 read-only and other-schema stores",
+    "test_adv_access": "18 accounts, roles, REST routes",
+    "test_adv_inputs": "19 previews, picker, input caps",
 }
 
 

@@ -45,9 +45,11 @@ def unit(x: np.ndarray) -> np.ndarray:
     return x / np.linalg.norm(x, axis=-1, keepdims=True)
 
 
-def toy_world(seed: int = 0, n_train: int = 120, n_valid: int = 30, dim: int = 16):
+def toy_world(seed: int = 0, n_train: int = 120, n_valid: int = 80, dim: int = 16):
     """Images whose embedding carries a finding direction (axis 0) and a nuisance direction (axis 1)
-    plus noise; finding anchors lie along +-axis 0 with jitter, nuisance anchors along +-axis 1."""
+    plus noise; finding anchors lie along +-axis 0 with jitter, nuisance anchors along +-axis 1.
+    Images 2i and 2i + 1 belong to patient p<i> (the split boundary n_train is even, so no patient
+    is in both splits); no view column (every image is used)."""
     rng = np.random.default_rng(seed)
     n = n_train + n_valid
     effusion = rng.random(n) < 0.3
@@ -61,6 +63,7 @@ def toy_world(seed: int = 0, n_train: int = 120, n_valid: int = 30, dim: int = 1
             "Pleural Effusion": effusion.astype(float),
             "Cardiomegaly": (rng.random(n) < 0.2).astype(float),
             "projection": np.where(view, "AP", "PA"),
+            "patient_id": [f"p{i // 2}" for i in range(n)],
         }
     )
     # some uncertain and blank training labels

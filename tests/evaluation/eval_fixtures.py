@@ -39,39 +39,53 @@ def write_chexzero(folder: Path, seeds=(0,)) -> tuple[list[Path], Path]:
 
 
 def write_chexpert_folder(
-    parent: Path, n_train: int = 24, n_valid: int = 10, seed: int = 0
+    parent: Path,
+    n_train: int = 24,
+    n_valid: int = 10,
+    seed: int = 0,
+    laterals: int = 0,
+    shared_patients: int = 0,
 ) -> Path:
     """parent/CheXpert-v1.0-small/{train,valid}.csv + PNG/JPEG images, paths as CheXpert writes
-    them (relative to parent). Returns the dataset folder."""
+    them (relative to parent). Validation patients are numbered from 64541 as in CheXpert.
+    ``laterals``: the first that many patients of each split also get a ``view2_lateral`` image
+    (same labels, ``Frontal/Lateral`` = Lateral); ``shared_patients``: the first that many
+    validation images belong to training patients (a leaking split). Returns the dataset folder."""
     rng = np.random.default_rng(seed)
     root = parent / "CheXpert-v1.0-small"
     rows = {"train": [], "valid": []}
+    images = []
     for split, count in (("train", n_train), ("valid", n_valid)):
         for i in range(count):
-            effusion = i % 3 == 0
-            rel = f"CheXpert-v1.0-small/{split}/patient{i:05d}/study1/view1_frontal"
-            rel += ".jpg" if i % 2 else ".png"
-            path = parent / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            pixels = rng.integers(0, 120, size=(40, 36)).astype(np.uint8)
-            if effusion:
-                pixels[28:, :] = 230
-            Image.fromarray(pixels, mode="L").save(path)
-            labels = {f: np.nan for f in FINDINGS}
-            labels["Pleural Effusion"] = 1.0 if effusion else (0.0 if i % 4 else np.nan)
-            labels["Cardiomegaly"] = 1.0 if i % 4 == 1 else 0.0
-            if split == "train" and i == 5:
-                labels["Pleural Effusion"] = -1.0
-            rows[split].append(
-                {
-                    "Path": rel,
-                    "Sex": "Female" if i % 2 else "Male",
-                    "Age": 40 + i,
-                    "Frontal/Lateral": "Frontal",
-                    "AP/PA": "AP" if i % 2 else "PA",
-                    **labels,
-                }
-            )
+            patient = i if split == "train" or i < shared_patients else 64541 + i
+            for view in ("frontal", "lateral") if i < laterals else ("frontal",):
+                images.append((split, i, patient, view))
+    for split, i, patient, view in images:
+        effusion = i % 3 == 0
+        number = 1 if view == "frontal" else 2
+        rel = f"CheXpert-v1.0-small/{split}/patient{patient:05d}/study1/view{number}_{view}"
+        rel += ".jpg" if i % 2 else ".png"
+        path = parent / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pixels = rng.integers(0, 120, size=(40, 36)).astype(np.uint8)
+        if effusion:
+            pixels[28:, :] = 230
+        Image.fromarray(pixels, mode="L").save(path)
+        labels = {f: np.nan for f in FINDINGS}
+        labels["Pleural Effusion"] = 1.0 if effusion else (0.0 if i % 4 else np.nan)
+        labels["Cardiomegaly"] = 1.0 if i % 4 == 1 else 0.0
+        if split == "train" and i == 5:
+            labels["Pleural Effusion"] = -1.0
+        rows[split].append(
+            {
+                "Path": rel,
+                "Sex": "Female" if i % 2 else "Male",
+                "Age": 40 + i,
+                "Frontal/Lateral": view.capitalize(),
+                "AP/PA": ("AP" if i % 2 else "PA") if view == "frontal" else np.nan,
+                **labels,
+            }
+        )
     for split, table in rows.items():
         frame = pd.DataFrame(table)
         if split == "valid":  # CheXpert's validation labels have no blanks

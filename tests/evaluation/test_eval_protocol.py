@@ -55,14 +55,18 @@ def test_configurable_label_rules(blank_as, uncertain_as, keys, classes):
     assert task.key_class.tolist() == classes
 
 
-def test_frontal_only_uses_the_view_column():
-    task = finding_task(_archive(), "Edema", ProtocolConfig(frontal_only=True))
+def test_views_default_to_frontal_from_the_view_column():
+    task = finding_task(_archive(), "Edema", ProtocolConfig())
     assert 8 not in task.key_index and 8 not in task.query_index
+    lateral = category_task(_archive(), "view", ProtocolConfig(views="lateral"))
+    assert lateral.query_index.tolist() == [8] and lateral.n_keys == 0
+    every = category_task(_archive(), "view", ProtocolConfig(views="all"))
+    assert 8 in every.query_index
 
 
 def test_category_task_split_and_leave_one_out():
     archive = _archive()
-    task = category_task(archive, "view", ProtocolConfig())
+    task = category_task(archive, "view", ProtocolConfig(views="all"))
     assert task.key_index.tolist() == [0, 1, 2, 3, 4]
     assert task.query_index.tolist() == [5, 6, 8]  # row 7 has no view
     rel = task.relevance()
@@ -86,8 +90,13 @@ def test_bad_inputs_name_the_problem():
     with pytest.raises(ValueError, match="not unique"):
         LabelledArchive(np.array(["a", "a"]), np.array(["train", "valid"]), archive.labels[:2])
     no_view = LabelledArchive(archive.image_ids, archive.splits, archive.labels[["Edema"]])
-    with pytest.raises(ValueError, match="no view column"):
-        finding_task(no_view, "Edema", ProtocolConfig(frontal_only=True))
+    with pytest.raises(ValueError, match="record no view"):
+        finding_task(no_view, "Edema", ProtocolConfig(views="lateral"))
+    # no view recorded at all: frontal (the default) uses every image
+    unviewed = LabelledArchive(archive.image_ids, archive.splits, archive.labels[["Edema", "view"]])
+    assert category_task(unviewed, "view", ProtocolConfig()).query_index.tolist() == [5, 6, 8]
+    with pytest.raises(ValueError, match="views must be one of frontal, lateral, all"):
+        ProtocolConfig(views="pa")
 
 
 def test_geometry_specs_accept_the_search_spelling_of_posteriors():

@@ -112,3 +112,22 @@ def test_a_geometry_that_rejects_the_anchors_is_dropped_and_reported():
     assert "degenerate anchor covariance" in reasons["gaussian on Pleural Effusion"]
     diffs = difference_table(run, table3_pairs(run), FAST)  # the others still tabulate
     assert "softmax" in set(diffs["geometry"]) and "gaussian" not in set(diffs["geometry"])
+
+
+def test_a_posterior_latent_model_equal_to_cosine_is_refused_with_its_reason():
+    """k = d (16 here) ranks exactly as cosine: the real geometry refuses it and the run reports
+    why; the default k (95%-variance rule) is scored."""
+    archive, view = toy_world()
+    config = _config(
+        findings=("Pleural Effusion",),
+        geometries=("cosine", "posterior_latent_gaussian", "posterior_latent_spherical:k=16"),
+    )
+    run = run_retrieval(archive, [view], config, show_progress=False)
+    scored = set(run.per_query["geometry"])
+    assert "posterior_latent_gaussian" in scored
+    assert "posterior_latent_spherical:k=16" not in scored
+    (why,) = [w for what, w in run.skipped if what.startswith("posterior_latent_spherical:k=16")]
+    assert "CosineEquivalentGeometryError" in why and "ranks exactly as cosine" in why
+    ours = run.per_query[run.per_query["geometry"] == "posterior_latent_gaussian"]["ap"]
+    cosine = run.per_query[run.per_query["geometry"] == "cosine"]["ap"]
+    assert not np.allclose(np.sort(ours.to_numpy()), np.sort(cosine.to_numpy()))

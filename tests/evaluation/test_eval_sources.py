@@ -51,7 +51,7 @@ def test_anchor_texts_from_files(tmp_path):
 
 
 def test_cli_chexpert_two_checkpoints(tmp_path):
-    root = write_chexpert_folder(tmp_path / "data")
+    root = write_chexpert_folder(tmp_path / "data", laterals=3)
     checkpoints, tokenizer = write_chexzero(tmp_path / "models", seeds=(0, 1))
     anchors = write_anchor_root(tmp_path / "anchors")
     out = tmp_path / "report"
@@ -64,18 +64,71 @@ def test_cli_chexpert_two_checkpoints(tmp_path):
         "--experiments", "mixing,budget", "--mixing-weights", "0,1", "--budget-counts", "2,4",
         "--curve-geometries", "softmax,gaussian", "--repeats", "1", "--bootstrap", "50",
         "--cache-dir", str(tmp_path / "cache"),
-        "--device", "cpu", "--out", str(out), "--quiet",
+        "--device", "cpu", "--out", str(out), "--quiet", "--min-queries", "2",
     ]  # fmt: skip
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "Table 2" in result.output and "Effusion" in result.output
     table2 = pd.read_csv(out / "tables" / "table2.csv", index_col=0)
-    assert table2.loc["Pleural Effusion", "n queries"] == 4  # valid rows 0, 3, 6, 9
+    # frontal only (the default): valid rows 0, 3, 6, 9, not the lateral of patient 64541
+    assert table2.loc["Pleural Effusion", "n queries"] == 4
+    queries = pd.read_csv(out / "queries.csv")
+    effusion = queries[queries["finding"] == "Pleural Effusion"]
+    assert effusion["image"].tolist() == [
+        f"CheXpert-v1.0-small/valid/patient{64541 + i}/study1/view1_frontal.{ext}"
+        for i, ext in ((0, "png"), (3, "jpg"), (6, "png"), (9, "jpg"))
+    ]
+    assert effusion["patient"].tolist() == [f"patient{64541 + i}" for i in (0, 3, 6, 9)]
+    assert set(effusion["view"]) == {"frontal"}
+    keys = pd.read_csv(out / "keys.csv")
+    assert len(keys) == 24 and not keys["image"].str.contains("lateral").any()
+    by_image = keys.set_index("image")
+    uncertain = "CheXpert-v1.0-small/train/patient00005/study1/view1_frontal.jpg"
+    assert np.isnan(by_image.loc[uncertain, "Pleural Effusion"])  # dropped: not a key
+    assert by_image.loc[uncertain, "Cardiomegaly"] == 1.0  # 5 % 4 == 1: relevant
+    md = (out / "report.md").read_text()
+    assert "Views: frontal images only (`views=frontal`, as CheXzero evaluates" in md
+    assert "6 lateral" in md and "6 images of other or unknown views were left out" in md
+    assert "the query and key splits share no patient (checked)" in md
+    assert "cluster bootstrap" in md
     per_query = pd.read_csv(out / "per_query_ap.csv.gz")
     assert per_query["checkpoint"].nunique() == 2 and per_query["variant"].nunique() == 2
+    assert per_query["image"].str.startswith("CheXpert-v1.0-small/valid/patient").all()
     manifest = json.loads((out / "manifest.json").read_text())
     assert "fig3_mixing.png" in manifest["figures"] and "fig4_budget.png" in manifest["figures"]
     assert len(list((tmp_path / "cache").glob("images-*.npy"))) == 2
+    # every view (embeddings cached): the lateral of valid patient 0 queries too
+    every = tmp_path / "every"
+    at = args.index("--out")
+    again = args[: at + 1] + [str(every)] + args[at + 2 :] + ["--views", "all"]
+    result = runner.invoke(app, again)
+    assert result.exit_code == 0, result.output
+    table2 = pd.read_csv(every / "tables" / "table2.csv", index_col=0)
+    assert table2.loc["Pleural Effusion", "n queries"] == 5
+    assert "Views: all (`views=all`" in (every / "report.md").read_text()
+    # the deprecated alias still works, with a warning; a contradiction is refused
+    result = runner.invoke(app, [*args[: at + 1], str(tmp_path / "alias"), *args[at + 2 :],
+                                 "--frontal-only", "--experiments", "none"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "--frontal-only is deprecated" in result.output
+    result = runner.invoke(app, [*args, "--frontal-only", "--views", "all"])
+    assert result.exit_code != 0 and "contradicts --views all" in result.output
+
+
+def test_cli_refuses_a_leaking_chexpert_split_before_embedding(tmp_path):
+    root = write_chexpert_folder(tmp_path / "data", shared_patients=3)
+    args = [
+        "eval", "retrieval", "--chexpert-root", str(root), "--checkpoint",
+        str(tmp_path / "never-loaded.pt"), "--anchors-root",
+        str(write_anchor_root(tmp_path / "anchors")), "--out", str(tmp_path / "r"), "--quiet",
+    ]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2
+    assert "3 patients have images in both the query split 'valid' and the key split" in (
+        " ".join(result.output.split())
+    )
+    assert "patient00000, patient00001, patient00002" in result.output
+    assert not (tmp_path / "r").exists()
 
 
 def test_embedding_cache_skips_a_second_pass(tmp_path):

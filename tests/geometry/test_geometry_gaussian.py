@@ -145,12 +145,93 @@ def test_posterior_latent_subspace_tends_to_the_prior_and_to_the_target_fit(kind
     np.testing.assert_allclose(projector(weak.basis), projector(prior_fit.basis), atol=1e-6)
 
 
-def test_posterior_latent_dimension_defaults_to_128_capped_by_the_broad_rank():
+def _variance_rule(matrix, share=0.95):
+    """Naive reference: the smallest k whose top eigenvalues hold ``share`` of the trace."""
+    values, vectors = np.linalg.eigh(matrix)
+    values, vectors = values[::-1], vectors[:, ::-1]
+    values = np.clip(values, 0, None)
+    total, running = values.sum(), 0.0
+    for k, value in enumerate(values, start=1):
+        running += value
+        if running >= share * total - 1e-12 * total:
+            return k, vectors
+    return len(values), vectors
+
+
+@pytest.mark.parametrize("kind", ["latent_gaussian", "latent_spherical"])
+def test_posterior_latent_default_k_is_the_95_percent_rule_on_the_posterior(kind):
+    """The default (no k): U_broad by the rule on the broad covariance, k by the rule on
+    A_post = α U_broad U_broadᵀ + β Cov(targets) with the default β = (n/2)(1/ε − 1/(1+ε))."""
     rng = np.random.default_rng(27)
-    broad, targets = unit_rows(rng, 400, 160), unit_rows(rng, 10, 160)
-    assert fit_geometry("latent_gaussian", targets, prior=broad).k == 128
-    small = fit_geometry("latent_spherical", unit_rows(rng, 5, 30), prior=unit_rows(rng, 50, 30))
-    assert small.k == 30
+    dim = 40
+    broad, targets = clustered_unit_rows(rng, 400, dim, 6, 0.05), unit_rows(rng, 12, dim)
+    geom = fit_geometry(kind, targets, prior=broad)
+    broad_k, broad_vectors = _variance_rule(np.cov(broad.T, bias=True))
+    u_broad = broad_vectors[:, :broad_k]
+    beta = (12 / 2.0) * (1e8 - 1.0 / (1.0 + 1e-8))
+    k, post_vectors = _variance_rule(
+        50.0 * u_broad @ u_broad.T + beta * np.cov(targets.T, bias=True)
+    )
+    assert geom.k == k < dim
+    np.testing.assert_allclose(projector(geom.basis), projector(post_vectors[:, :k]), atol=1e-8)
+    # the weak-target posterior keeps more of the prior's directions, by the same rule
+    weak = fit_geometry(kind, targets, prior=broad, beta=5.0)
+    k_weak, weak_vectors = _variance_rule(
+        50.0 * u_broad @ u_broad.T + 5.0 * np.cov(targets.T, bias=True)
+    )
+    assert weak.k == k_weak > k
+    np.testing.assert_allclose(
+        projector(weak.basis), projector(weak_vectors[:, :k_weak]), atol=1e-8
+    )
+
+
+def _rank_orders(scores):
+    return np.argsort(-scores, axis=1, kind="stable")
+
+
+@pytest.mark.parametrize("kind", ["latent_gaussian", "latent_spherical"])
+def test_posterior_latent_default_ranks_differently_from_cosine(kind):
+    rng = np.random.default_rng(31)
+    dim = 128  # the phantom encoder's d, where the paper's k = 128 was cosine in disguise
+    broad, targets = unit_rows(rng, 600, dim), clustered_unit_rows(rng, 20, dim, 2, 0.3)
+    queries, keys = unit_rows(rng, 5, dim), unit_rows(rng, 60, dim)
+    geom = fit_geometry(kind, targets, prior=broad)
+    assert geom.k < dim
+    ours = _rank_orders(geom.similarity(queries, keys))
+    cosine = _rank_orders(queries @ keys.T)
+    assert (ours != cosine).any(axis=1).all()  # every query's ranking differs
+
+
+@pytest.mark.parametrize("kind", ["latent_gaussian", "latent_spherical"])
+def test_a_latent_model_spanning_the_whole_space_is_refused_as_cosine(kind):
+    """k = d: UUᵀ = I, so the ranking is cosine's (shown here on the math), and it is refused."""
+    from chexretrieve.geometry import CosineEquivalentGeometryError
+
+    rng = np.random.default_rng(32)
+    dim = 12
+    broad, targets = unit_rows(rng, 200, dim), unit_rows(rng, 40, dim)
+    queries, keys = unit_rows(rng, 4, dim), unit_rows(rng, 30, dim)
+    # the rationale: any orthonormal d x d basis ranks as cosine
+    basis = np.linalg.qr(rng.normal(size=(dim, dim)))[0]
+    pq, pk = queries @ basis, keys @ basis
+    distance = np.linalg.norm(pq[:, None, :] - pk[None], axis=2)  # latent Gaussian
+    np.testing.assert_array_equal(_rank_orders(-distance), _rank_orders(queries @ keys.T))
+    unit_q = pq / np.linalg.norm(pq, axis=1, keepdims=True)  # latent spherical
+    unit_k = pk / np.linalg.norm(pk, axis=1, keepdims=True)
+    np.testing.assert_array_equal(_rank_orders(unit_q @ unit_k.T), _rank_orders(queries @ keys.T))
+    with pytest.raises(
+        CosineEquivalentGeometryError, match=r"k = 12 = d .*ranks exactly as cosine"
+    ):
+        fit_geometry(kind, targets, prior=broad, k=dim)
+    with pytest.raises(CosineEquivalentGeometryError, match="as given"):
+        fit_geometry(kind, targets, k=dim)  # target-only, 40 anchors span all 12 directions
+    # the refusal is a ValueError: every caller that reports bad options reports it
+    assert issubclass(CosineEquivalentGeometryError, ValueError)
+    # the default rule can land on d too (isotropic targets): refused, naming the rule
+    axes = np.vstack([np.eye(3), -np.eye(3)])
+    with pytest.raises(CosineEquivalentGeometryError, match="95%-variance rule"):
+        fit_geometry(kind, axes, prior=unit_rows(rng, 50, 3))
+    assert fit_geometry(kind, targets, prior=broad, k=dim - 1).k == dim - 1
 
 
 def test_posterior_bingham_matrix_is_prior_plus_scaled_target_covariance():

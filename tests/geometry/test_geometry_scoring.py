@@ -87,7 +87,9 @@ def test_feature_widths(geometries):
     # plain GMM: covariances share the 1e-5 floor, gradients live in f·η + the anchors' span
     assert widths["gmm"] == DIM + 2 * 49 + 1
     assert widths["movmf"] == widths["posterior_gmm"] == 2 * DIM + 1
-    assert widths["posterior_latent_gaussian"] == 128 + 1
+    # the posterior latent k by the 95%-variance rule: below d, so not cosine in disguise
+    assert 1 < widths["posterior_latent_gaussian"] - 1 < DIM
+    assert widths["posterior_latent_gaussian"] == geometries["posterior_latent_gaussian"].k + 1
 
 
 def test_cosine_and_iti_scores(data):

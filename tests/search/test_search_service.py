@@ -463,3 +463,21 @@ def test_a_failed_index_build_leaves_exact_search_working(tmp_path, monkeypatch,
     assert len(calls) == 1  # not retried for the same archive
     assert list(svc.cache.index_failures.values()) == ["MemoryError: no room for the graph"]
     assert "searches rank exactly" in caplog.text
+
+
+def test_posterior_latent_default_differs_from_cosine_and_a_cosine_twin_is_refused(service):
+    """The default k (95%-variance rule on the posterior) ranks unlike cosine; an anchor set whose
+    rule lands on k = d (isotropic anchors) is refused with the named error, not served as a
+    cosine ranking under another name."""
+    from chexretrieve.geometry import CosineEquivalentGeometryError
+
+    for geometry in ("latent_gaussian_posterior", "latent_spherical_posterior"):
+        ours = service.search(SearchRequest(finding="Edema", geometry=geometry, case_id=120))
+        cosine = service.search(SearchRequest(finding="Edema", geometry="cosine", case_id=120))
+        assert [h.image_id for h in ours.hits] != [h.image_id for h in cosine.hits]
+    service.anchors.sets["iso"] = np.vstack([np.eye(D), -np.eye(D)])
+    request = SearchRequest(
+        finding="Edema", geometry="latent_gaussian_posterior", anchor_set="iso", case_id=120
+    )
+    with pytest.raises(CosineEquivalentGeometryError, match=f"k = {D} = d .*ranks exactly as"):
+        service.search(request)

@@ -80,21 +80,24 @@ def check_case_picker(store) -> None:  # noqa: ANN001, PLR0915
     assert row.view_position == "AP" and row.patient_sex == "M" and row.patient_age_years == 26
     assert store.find_cases(text=str(ids[4])).cases[0].labels == {}  # unlabelled
 
-    # case id prefix: every id whose decimal form starts with it
+    # exact case id or accession number only (issue 23, finding 6: a prefix is an oracle)
     prefix = str(ids[12])[:-1] if len(str(ids[12])) > 1 else str(ids[12])
     found = store.find_cases(text=prefix, limit=1000)
-    by_id = {i for i in ids.values() if str(i).startswith(prefix)}
-    by_accession = {ids[i] for i in range(N) if i % 10 and f"ACC{i:05d}".startswith(prefix)}
+    by_id = {i for i in ids.values() if str(i) == prefix}
+    by_accession = {ids[i] for i in range(N) if i % 10 and f"ACC{i:05d}" == prefix}
     assert {c.image_id for c in found.cases} == by_id | by_accession
-    # accession prefix, case-insensitive; wildcards match themselves
-    found = store.find_cases(text="acc0012", limit=1000)
-    assert {case_of[c.image_id] for c in found.cases} == {i for i in range(120, 130) if i % 10}
+    assert {c.image_id for c in store.find_cases(text=str(ids[12])).cases} == {ids[12]}
+    # accession number, case-insensitive, whole; a prefix or a wildcard finds nothing
+    found = store.find_cases(text="acc00121", limit=1000)
+    assert {case_of[c.image_id] for c in found.cases} == {121}
+    assert store.find_cases(text="acc0012").total == 0
     assert store.find_cases(text="Acc%").total == 0
     assert store.find_cases(text="Acc_0001").total == 0
-    combined = store.find_cases(text="Acc001", finding="Edema", status="positive")
-    assert {case_of[c.image_id] for c in combined.cases} == {
-        i for i in range(100, 200) if i % 10 and i % 5 != 4 and label_of(i) == 1.0
-    }
+    assert store.find_cases(text="9" * 400).total == 0  # no integer overflow, no error
+    # case 121's Edema label is negative (121 % 4 == 1): the status narrows the exact match
+    combined = store.find_cases(text="Acc00121", finding="Edema", status="negative")
+    assert {case_of[c.image_id] for c in combined.cases} == {121}
+    assert store.find_cases(text="Acc00121", finding="Edema", status="positive").total == 0
     assert store.find_cases(encoder_id="fake:other").total == 0
     assert store.find_cases(encoder_id="fake:a").total == N
 

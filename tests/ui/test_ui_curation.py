@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 from ui_fakes import make_service
 
-from chexretrieve.ui.config import PASSWORD_ENV, UIConfig, is_loopback
+from chexretrieve.ui.config import UIConfig, is_loopback
 from chexretrieve.ui.curation import CurationDesk, parse_edit_text, sentences_html, set_as_text
 from chexretrieve.ui.reports import load_report, report_choices
 
@@ -153,13 +153,21 @@ def test_reports_newest_first_escaped_with_figures(tmp_path):
 
 def test_ui_config_is_safe_by_default():
     config = UIConfig()
-    assert config.host == "127.0.0.1" and config.auth is None and config.max_upload_mb == 50
+    assert config.host == "127.0.0.1" and config.sign_in == "none" and config.max_upload_mb == 50
     assert is_loopback("localhost") and is_loopback("::1") and not is_loopback("0.0.0.0")
     with pytest.raises(ValueError, match="refusing to serve the archive on '0.0.0.0' without"):
         UIConfig(host="0.0.0.0")
-    assert UIConfig(host="0.0.0.0", auth=("ana", "pw")).auth == ("ana", "pw")
-    with pytest.raises(ValueError, match="a login needs a non-empty user name and password"):
-        UIConfig(auth=("ana", ""))
+    assert UIConfig(host="0.0.0.0", sign_in="accounts").sign_in == "accounts"
+    assert (
+        "plain HTTP on 0.0.0.0" in UIConfig(host="0.0.0.0", sign_in="accounts").plain_http_warning
+    )
+    assert UIConfig(sign_in="accounts").plain_http_warning is None  # loopback
+    with pytest.raises(ValueError, match="unknown sign-in mode"):
+        UIConfig(sign_in="password")
+    with pytest.raises(ValueError, match="needs --trusted-header"):
+        UIConfig(sign_in="header")
+    with pytest.raises(ValueError, match="needs both --ssl-certfile and --ssl-keyfile"):
+        UIConfig(ssl_certfile=Path("cert.pem"))
     with pytest.raises(ValueError, match="port must be between 1 and 65535"):
         UIConfig(port=0)
     with pytest.raises(ValueError, match="max_upload_mb must be between 1 and 2048"):
@@ -169,11 +177,11 @@ def test_ui_config_is_safe_by_default():
 def test_serve_command_refuses_unsafe_settings(monkeypatch):
     from chexretrieve.cli import app
 
-    monkeypatch.delenv(PASSWORD_ENV, raising=False)
     runner = CliRunner()
     result = runner.invoke(app, ["serve", "--login", "ana"])
     assert result.exit_code == 2
-    assert f"--login ana needs the password in ${PASSWORD_ENV}" in result.output
+    assert "--login (one shared password) was replaced by per-user accounts" in result.output
+    assert "chexretrieve users add NAME" in result.output
     result = runner.invoke(app, ["serve", "--host", "0.0.0.0"])
     assert result.exit_code == 2
-    assert "refusing to serve the archive on '0.0.0.0' without a login" in result.output
+    assert "refusing to serve the archive on '0.0.0.0' without sign-in" in result.output

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from ui_fakes import SENTENCES, make_service, write_png
+from ui_fakes import SENTENCES, D, make_service, write_png
 
 from chexretrieve.search.explain import AnchorTerm, Explanation
 from chexretrieve.search.gallery import SearchFilters
@@ -60,7 +60,7 @@ def test_case_picker_pages_through_every_case_with_labels(lookup):
     assert not any("SECRET" in text or "img" in text for text, _ in first.choices)
 
 
-def test_case_picker_filters_by_label_status_and_id_prefix(lookup):
+def test_case_picker_filters_by_label_status_and_exact_id(lookup):
     labels = lookup.gallery.labels[FINDING]
     positive = lookup.case_page(finding=FINDING, status="positive")
     assert positive.total == int((labels == 1.0).sum())
@@ -68,13 +68,11 @@ def test_case_picker_filters_by_label_status_and_id_prefix(lookup):
     assert "label positive" in positive.summary
     blank = lookup.case_page(finding=FINDING, status="blank")
     assert blank.total == int(labels.isna().sum())
-    by_prefix = lookup.case_page("2")
-    assert [v for _, v in by_prefix.choices] == [2, 20, 21, 22, 23, 24, 25, 26, 27, 28]
-    assert by_prefix.total == 11 and "starting with '2'" in by_prefix.summary
+    exact = lookup.case_page("2")  # the exact id only, never 20..29 (no prefix oracle)
+    assert [v for _, v in exact.choices] == [2]
+    assert exact.total == 1 and "id or accession '2' (exact)" in exact.summary
     none = lookup.case_page("777")
-    assert (
-        none.total == 0 and none.summary == "no case matches · id or accession starting with '777'"
-    )
+    assert none.total == 0 and none.summary == "no case matches · id or accession '777' (exact)"
 
 
 @pytest.mark.parametrize(
@@ -419,9 +417,8 @@ def test_the_compare_viewer_renders_both_and_records_the_view(lookup, tmp_path):
     assert "Why case" in shown.details_html and "Labels" in shown.details_html
     views = [(e["action"], e.get("what"), e.get("image")) for e in audit.entries()]
     assert views[0] == ("view", "query", 5) and views[-1] == ("view", "viewer", picked)
-    window = viewer.preset(query, "lung")
-    again = viewer.render(query, picked, window, 2, preset="lung")
-    assert "Same window on both: centre" in again
+    again = viewer.render(query, picked, None, 2, preset="lung")
+    assert again.count("(lung preset on its own values)") == 2  # the read-out, per image
     assert "cx-preset cx-on' data-preset='lung'" in again
     assert len(audit.entries()) == len(views)  # a window change is not a new view
     alone = viewer.open(query, None, SearchSettings(FINDING))
@@ -444,3 +441,28 @@ def test_the_explanation_says_which_sentences_deny_the_finding():
     html = explanation_html(explanation, "case 5", 2, FINDING, "k@1")
     assert html.count("<span class='cx-label cx-negative'>finding absent</span>") == 1
     assert html.count("<span class='cx-label cx-positive'>finding present</span>") == 2
+
+
+def test_posterior_latent_geometries_are_not_cosine_and_a_cosine_twin_is_refused(lookup):
+    """Issue 24 defect 1: the posterior latent geometries ranked exactly as cosine (k = d). With
+    k by the 95%-variance rule they rank differently; an anchor set whose rule lands on k = d is
+    refused with a message (the page shows a ValueError's text) instead of a cosine ranking."""
+    from chexretrieve.geometry import CosineEquivalentGeometryError
+    from chexretrieve.search.service import AnchorSetRef
+
+    query = lookup.load_case(7)
+    cosine = lookup.search(query, SearchSettings(FINDING, "cosine"))
+    for geometry in ("latent_gaussian_posterior", "latent_spherical_posterior"):
+        assert lookup.search(query, SearchSettings(FINDING, geometry)).image_ids != (
+            cosine.image_ids
+        )
+    anchors = lookup.service.anchors
+    isotropic = np.vstack([np.eye(D), -np.eye(D)])
+    anchors.anchor_set = lambda finding, key: AnchorSetRef(
+        key="iso@1",
+        content_hash="iso",
+        sentences=tuple(f"sentence {i}" for i in range(2 * D)),
+        embeddings=isotropic,
+    )
+    with pytest.raises(CosineEquivalentGeometryError, match="ranks exactly as cosine"):
+        lookup.search(query, SearchSettings(FINDING, "latent_spherical_posterior"))

@@ -80,6 +80,14 @@ def test_reports_are_found_beside_the_archive_and_matched_by_path(lookup):
     assert "Pleural Effusion <span class='cx-label cx-positive'>positive" in html
 
 
+def test_a_report_stored_for_the_study_wins_over_the_csv(lookup):
+    image_id = _id_of(lookup, 1)
+    study_uid = lookup.store.image_by_id(image_id).study_uid
+    lookup.store.put_reports({study_uid: ("Stored:  right\n  effusion.", "test")})
+    assert lookup.report_of(image_id) == "Stored: right effusion."
+    assert lookup.report_of(_id_of(lookup, 0)) == "Report 0: moderate effusion."  # none stored
+
+
 def test_a_configured_reports_csv_wins_and_an_unrelated_path_has_no_report(archive, tmp_path):
     other = tmp_path / "reports-extra.csv"
     other.write_text(
@@ -107,8 +115,9 @@ def test_the_picker_pages_filters_and_finds_accession_numbers(lookup):
     positive = lookup.case_page(finding="Pleural Effusion", status="positive")
     assert sorted(i for _, i in positive.choices) == sorted(_id_of(lookup, k) for k in (0, 4))
     assert not any("ACC" in label for label, _ in first.choices)  # identifiers are never shown
-    by_accession = lookup.case_page("acc000")
-    assert by_accession.total == N
+    assert lookup.case_page("acc000").total == 0  # a prefix finds nothing (no oracle)
+    by_accession = lookup.case_page("acc0003")  # the whole number, any case
+    assert [i for _, i in by_accession.choices] == [_id_of(lookup, 3)]
     assert lookup.resolve_case("ACC0003") == _id_of(lookup, 3)
     with pytest.raises(ValueError, match="that accession number holds 2 images"):
         lookup.resolve_case("ACC0005")

@@ -1,0 +1,72 @@
+"""Settings of sign-in to `chexretrieve serve`: passwords, throttling, sessions, SSO header."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class AccessConfig:
+    # shortest password `chexretrieve users add/passwd` accepts (characters)
+    min_password_length: int = 12
+    # failed sign-ins of one user name allowed before each further one waits (lockout)
+    user_free_failures: int = 5
+    # failed sign-ins from one client address allowed before each further one waits
+    client_free_failures: int = 20
+    # wait in seconds after the first failure beyond the free ones; doubles with each further one
+    first_delay_s: float = 2.0
+    # longest wait in seconds between two sign-in attempts of one user or client
+    max_delay_s: float = 900.0
+    # seconds a sign-in lasts at most, active or not; then the user signs in again
+    session_max_age_s: int = 8 * 3600
+    # seconds without any request after which a sign-in ends
+    session_idle_s: int = 1800
+    # trusted-header (SSO reverse proxy) mode: the HTTP header carrying the signed-in user's name
+    # (e.g. "X-Remote-User"); None = accounts sign in with their password
+    trusted_header: str | None = None
+    # addresses or networks (CIDR) of the reverse proxies whose `trusted_header` is believed;
+    # every request from anywhere else is refused in that mode
+    trusted_proxies: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not 8 <= self.min_password_length <= 1024:
+            raise ValueError(
+                f"min_password_length must be between 8 and 1024, got {self.min_password_length}"
+            )
+        if self.user_free_failures < 1 or self.client_free_failures < 1:
+            raise ValueError("the free failed sign-ins must be at least 1")
+        if not 0 < self.first_delay_s <= self.max_delay_s:
+            raise ValueError("first_delay_s must be positive and at most max_delay_s")
+        if self.session_max_age_s < 60 or self.session_idle_s < 60:
+            raise ValueError("sessions must last at least 60 s (session_max_age_s, session_idle_s)")
+        if self.trusted_header is not None:
+            if not self.trusted_header.strip() or not all(
+                c.isalnum() or c == "-" for c in self.trusted_header
+            ):
+                raise ValueError(
+                    f"trusted_header must be an HTTP header name such as X-Remote-User, "
+                    f"got {self.trusted_header!r}"
+                )
+            if not self.trusted_proxies:
+                raise ValueError(
+                    "the trusted-header mode needs the proxies' addresses (--trusted-proxy); "
+                    "otherwise anyone could send the header"
+                )
+        for proxy in self.trusted_proxies:
+            try:
+                ipaddress.ip_network(proxy, strict=False)
+            except ValueError:
+                raise ValueError(
+                    f"trusted proxy {proxy!r} is not an IP address or network (CIDR)"
+                ) from None
+
+    def is_trusted_proxy(self, address: str | None) -> bool:
+        """Whether a request from ``address`` may name its user in ``trusted_header``."""
+        if not address:
+            return False
+        try:
+            ip = ipaddress.ip_address(address)
+        except ValueError:
+            return False
+        return any(ip in ipaddress.ip_network(p, strict=False) for p in self.trusted_proxies)

@@ -1,0 +1,326 @@
+"""One archive's fitted density: the vMF mixture, its reference scores and its named components.
+
+An :class:`ArchiveDensity` is fitted from one encoder's gallery (ids, unit embeddings, labels) and
+kept as one ``.npz`` file (no pickles) under the cache root, keyed by the store, the encoder and the
+store's generation (``Store.archive_revision()``). It also records the gallery fingerprint and the
+fitted image ids, so a later reader can say exactly how far the archive has moved since
+(``drift``), and never uses a stale fit without saying so (:mod:`chexretrieve.density.provider`).
+
+What it holds:
+* ``model``: the mixture, its K chosen by held-out likelihood (or BIC) among the candidates,
+  fitted on all images or, above ``DensityConfig.fit_sample``, on a seeded random sample.
+* ``log_density``: every archive image's log-density under the model (in-sample), for rarity.
+* ``reference``: the scores a query is ranked against for its percentile. With the held-out
+  criterion these are the held-out 20 % of the archive scored by the model fitted without them,
+  i.e. what *new* in-distribution images score (in-sample scores are higher, as the model has
+  seen them, and would flag too many ordinary queries); with BIC, the in-sample scores.
+* ``threshold``: the ``ood_percentile``-th percentile of the reference: below it, a query is OOD.
+* ``components``: each component named by its nearest anchor sentences (all findings' sets;
+  both sides centred on their own mean, past the image-text modality gap) and by the labels
+  that dominate it among labelled archive images.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from chexretrieve.cache import write_atomically
+from chexretrieve.density.config import DensityConfig
+from chexretrieve.findings import FINDINGS
+from chexretrieve.geometry.bessel import vmf_mean_length
+from chexretrieve.geometry.movmf_density import MovMFDensity, select_movmf_density
+
+#: file format version (bumped when the layout changes; other versions are refitted)
+FORMAT = 1
+#: anchor sentences and labels kept per component name
+NAMED_SENTENCES = 3
+NAMED_LABELS = 3
+#: a label dominates a component when its weighted positive rate is at least this, and at least
+#: LABEL_LIFT times its rate in the whole labelled archive
+LABEL_RATE = 0.5
+LABEL_LIFT = 1.5
+
+
+@dataclass(frozen=True)
+class ComponentName:
+    component: int
+    weight: float
+    # "Finding: sentence" of the anchor sentences nearest the component's mean direction
+    sentences: tuple[str, ...]
+    # findings positive in most of the component's labelled images (and enriched there)
+    labels: tuple[str, ...]
+    # labelled archive images the component's label rates rest on (responsibility-weighted)
+    labelled_mass: float
+
+    def text(self) -> str:
+        labels = ", ".join(self.labels) if self.labels else "no dominant label"
+        near = self.sentences[0] if self.sentences else "no anchor sentences"
+        return f"component {self.component} ({labels}; nearest anchor: {near})"
+
+    def as_dict(self) -> dict:
+        return {
+            "component": self.component,
+            "weight": self.weight,
+            "sentences": list(self.sentences),
+            "labels": list(self.labels),
+            "labelled_mass": self.labelled_mass,
+        }
+
+
+@dataclass(frozen=True)
+class AnchorText:
+    """One finding's anchor sentences and their (N, d) unit embeddings, for naming components."""
+
+    finding: str
+    sentences: tuple[str, ...]
+    embeddings: np.ndarray
+
+
+@dataclass(frozen=True, eq=False)
+class ArchiveDensity:
+    encoder_id: str
+    store_label: str
+    revision: int
+    fingerprint: str
+    fitted_at: str
+    image_ids: np.ndarray
+    log_density: np.ndarray
+    reference: np.ndarray
+    threshold: float
+    ood_percentile: float
+    model: MovMFDensity
+    criterion: str
+    criterion_scores: dict[int, float]
+    components: tuple[ComponentName, ...]
+
+    @property
+    def n_images(self) -> int:
+        return int(len(self.image_ids))
+
+    def percentile(self, log_density) -> np.ndarray:
+        """Share (0..100) of the reference archive scores at or below each value."""
+        values = np.asarray(log_density, dtype=np.float64)
+        below = np.searchsorted(self.reference, values, side="right")
+        return 100.0 * below / len(self.reference)
+
+    def rarity_order(self) -> np.ndarray:
+        """Archive image ids, rarest (lowest log-density) first; ties by id."""
+        order = np.lexsort((self.image_ids, self.log_density))
+        return self.image_ids[order]
+
+    def rarity_percentile(self) -> np.ndarray:
+        """Per archive image: share (0..100) of archive images with a log-density at or below."""
+        ranks = np.searchsorted(np.sort(self.log_density), self.log_density, side="right")
+        return 100.0 * ranks / len(self.log_density)
+
+    def drift(self, image_ids) -> float:
+        """(images added + images removed) / images fitted, against the ids of today's archive."""
+        now = np.asarray(image_ids, dtype=np.int64)
+        kept = np.intersect1d(self.image_ids, now, assume_unique=False).size
+        changed = (len(self.image_ids) - kept) + (len(np.unique(now)) - kept)
+        return changed / max(len(self.image_ids), 1)
+
+    def decompose(
+        self, embeddings, mass: float = 0.9, posterior=None
+    ) -> list[list[tuple[int, float]]]:
+        """Per row: the fewest (component, posterior) pairs, largest first, covering ``mass``
+        (``posterior``: the rows' P(k | x) when already computed)."""
+        if posterior is None:
+            posterior = self.model.posterior(embeddings)
+        out = []
+        for row in posterior:
+            order = np.argsort(-row, kind="stable")
+            cumulative = np.cumsum(row[order])
+            count = int(np.searchsorted(cumulative, mass - 1e-12) + 1)
+            out.append([(int(k), float(row[k])) for k in order[: min(count, len(order))]])
+        return out
+
+    # ------------------------------------------------------------------------- file format
+    def save(self, path: Path) -> None:
+        meta = {
+            "format": FORMAT,
+            "encoder_id": self.encoder_id,
+            "store_label": self.store_label,
+            "revision": self.revision,
+            "fingerprint": self.fingerprint,
+            "fitted_at": self.fitted_at,
+            "threshold": self.threshold,
+            "ood_percentile": self.ood_percentile,
+            "criterion": self.criterion,
+            "criterion_scores": {str(k): v for k, v in self.criterion_scores.items()},
+            "components": [c.as_dict() for c in self.components],
+        }
+        arrays = {
+            "image_ids": self.image_ids,
+            "log_density": self.log_density,
+            "reference": self.reference,
+            "meta": np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8),
+            **self.model.to_arrays(),
+        }
+        write_atomically(path, lambda tmp: np.savez(tmp, **arrays))
+
+    @classmethod
+    def load(cls, path: Path) -> ArchiveDensity:
+        """Read a saved density; ValueError (with the path) for a damaged or foreign file."""
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                meta = json.loads(bytes(data["meta"]).decode())
+                if meta.get("format") != FORMAT:
+                    raise ValueError(f"format {meta.get('format')} (this version reads {FORMAT})")
+                model = MovMFDensity.from_arrays(data)
+                return cls(
+                    encoder_id=meta["encoder_id"],
+                    store_label=meta["store_label"],
+                    revision=int(meta["revision"]),
+                    fingerprint=meta["fingerprint"],
+                    fitted_at=meta["fitted_at"],
+                    image_ids=np.asarray(data["image_ids"], dtype=np.int64),
+                    log_density=np.asarray(data["log_density"], dtype=np.float64),
+                    reference=np.asarray(data["reference"], dtype=np.float64),
+                    threshold=float(meta["threshold"]),
+                    ood_percentile=float(meta["ood_percentile"]),
+                    model=model,
+                    criterion=meta["criterion"],
+                    criterion_scores={int(k): v for k, v in meta["criterion_scores"].items()},
+                    components=tuple(
+                        ComponentName(
+                            c["component"],
+                            c["weight"],
+                            tuple(c["sentences"]),
+                            tuple(c["labels"]),
+                            c["labelled_mass"],
+                        )
+                        for c in meta["components"]
+                    ),
+                )
+        except (OSError, KeyError, ValueError, TypeError) as exc:
+            raise ValueError(f"the density file {path} cannot be read ({exc}); refit it") from None
+
+
+def density_folder(root: Path, store_label: str, encoder_id: str) -> Path:
+    """One folder per (store, encoder): a readable encoder slug plus a hash of both names."""
+    digest = hashlib.sha256(f"{store_label}\n{encoder_id}".encode()).hexdigest()[:16]
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", encoder_id)[:40]
+    return Path(root) / f"{slug}-{digest}"
+
+
+def density_path(root: Path, store_label: str, encoder_id: str, revision: int) -> Path:
+    return density_folder(root, store_label, encoder_id) / f"revision-{int(revision):012d}.npz"
+
+
+def saved_revisions(root: Path, store_label: str, encoder_id: str) -> list[tuple[int, Path]]:
+    """(revision, path) of the saved fits of one (store, encoder), newest first."""
+    folder = density_folder(root, store_label, encoder_id)
+    found = []
+    for path in folder.glob("revision-*.npz"):
+        match = re.fullmatch(r"revision-(\d+)\.npz", path.name)
+        if match:
+            found.append((int(match.group(1)), path))
+    return sorted(found, reverse=True)
+
+
+def fit_archive_density(
+    image_ids,
+    embeddings,
+    *,
+    encoder_id: str,
+    store_label: str,
+    revision: int,
+    fingerprint: str,
+    labels=None,
+    anchors: Sequence[AnchorText] = (),
+    config: DensityConfig | None = None,
+) -> ArchiveDensity:
+    """Fit the archive's mixture (see the module text). ``labels``: a frame indexed like
+    ``image_ids`` with one column per finding (1 / 0 / -1 / NaN), or None."""
+    config = config or DensityConfig()
+    ids = np.asarray(image_ids, dtype=np.int64)
+    x = np.asarray(embeddings, dtype=np.float64)
+    if len(ids) < config.min_images:
+        raise ValueError(
+            f"the archive has {len(ids)} images of encoder {encoder_id}; a density needs at "
+            f"least {config.min_images} (DensityConfig.min_images)"
+        )
+    x = x / np.linalg.norm(x, axis=1, keepdims=True)  # float16/32 storage rounds off the sphere
+    sample = x
+    if len(x) > config.fit_sample:  # a seeded sample bounds the fit's time; all are scored
+        rows = np.random.default_rng(config.seed).choice(len(x), config.fit_sample, replace=False)
+        sample = x[np.sort(rows)]
+    selection = select_movmf_density(
+        sample, candidates=config.candidates, criterion=config.criterion, seed=config.seed
+    )
+    model = selection.density
+    own = model.log_density(x)
+    reference = own if selection.heldout_log_density is None else selection.heldout_log_density
+    reference = np.sort(np.asarray(reference, dtype=np.float64))
+    posterior = model.posterior(x)
+    return ArchiveDensity(
+        encoder_id=encoder_id,
+        store_label=store_label,
+        revision=int(revision),
+        fingerprint=fingerprint,
+        fitted_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        image_ids=ids,
+        log_density=own,
+        reference=reference,
+        threshold=float(np.percentile(reference, config.ood_percentile)),
+        ood_percentile=float(config.ood_percentile),
+        model=model,
+        criterion=selection.criterion,
+        criterion_scores={int(k): float(v) for k, v in selection.scores.items()},
+        components=name_components(model, posterior, ids, labels, anchors),
+    )
+
+
+def _unit_rows(rows: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(rows, axis=1, keepdims=True)
+    return rows / np.where(norms > 0, norms, 1.0)
+
+
+def name_components(model, posterior, image_ids, labels, anchors) -> tuple[ComponentName, ...]:
+    """Each component's nearest anchor sentences and dominant labels (module text)."""
+    sentences, vectors = [], []
+    for text in anchors:
+        sentences += [f"{text.finding}: {s}" for s in text.sentences]
+        vectors.append(np.asarray(text.embeddings, dtype=np.float64))
+    nearest = [()] * model.n_components
+    if vectors:
+        # image and text embeddings sit in two cones apart (the modality gap): compare what sets
+        # a component apart from the archive's mean with what sets a sentence apart from the
+        # mean sentence, not the raw directions (those all pick the same few sentences)
+        texts = np.vstack(vectors)
+        texts = texts - texts.mean(axis=0)
+        lengths = vmf_mean_length(model.dim, model.concentrations)
+        offsets = model.directions - (model.weights * lengths) @ model.directions
+        cosines = _unit_rows(offsets) @ _unit_rows(texts).T
+        order = np.argsort(-cosines, axis=1, kind="stable")[:, :NAMED_SENTENCES]
+        nearest = [tuple(sentences[j] for j in row) for row in order]
+    dominant, mass = [()] * model.n_components, [0.0] * model.n_components
+    if labels is not None and len(labels):
+        table = labels.reindex(index=np.asarray(image_ids), columns=list(FINDINGS))
+        values = table.to_numpy(dtype=np.float64)
+        known = ~np.isnan(values)
+        positive = values == 1.0
+        base = positive.sum(axis=0) / np.maximum(known.sum(axis=0), 1)
+        labelled = known.any(axis=1).astype(np.float64)
+        weighted_known = posterior.T @ known.astype(np.float64)
+        rates = (posterior.T @ positive.astype(np.float64)) / np.maximum(weighted_known, 1e-12)
+        mass = list(posterior.T @ labelled)
+        dominant = []
+        for k in range(model.n_components):
+            enriched = (rates[k] >= LABEL_RATE) & (rates[k] >= LABEL_LIFT * base)
+            enriched &= weighted_known[k] >= 1.0
+            picks = [j for j in np.argsort(-rates[k], kind="stable") if enriched[j]]
+            dominant.append(tuple(FINDINGS[j] for j in picks[:NAMED_LABELS]))
+    return tuple(
+        ComponentName(k, float(model.weights[k]), nearest[k], dominant[k], float(mass[k]))
+        for k in range(model.n_components)
+    )

@@ -1,0 +1,64 @@
+"""Settings of the archive density (out-of-distribution flag, rarity, concept decomposition)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+#: ``background_fit_above`` for one-shot commands: always fit during the call
+FIT_NOW = 2**62
+#: how the mixture's component count is chosen (chexretrieve.geometry.movmf_density)
+DENSITY_CRITERIA = ("heldout", "bic")
+
+
+@dataclass(frozen=True)
+class DensityConfig:
+    # attach the archive density (log-density, percentile, OOD flag) to every search
+    enabled: bool = True
+    # component counts tried for the archive's vMF mixture (those above the archive size skipped)
+    candidates: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
+    # how the count is chosen: "heldout" (mean log-likelihood of a 20 % split) or "bic"
+    criterion: str = "heldout"
+    # seed of the EM fits and of the held-out split (a fit is a pure function of archive + seed)
+    seed: int = 0
+    # a query whose log-density is below this percentile of the archive's is flagged OOD
+    ood_percentile: float = 0.5
+    # refit when more than this fraction of the fitted images were added or removed since
+    refit_fraction: float = 0.1
+    # fit (or refit) during a search when there is no usable fit; False = report "no density"
+    fit_on_search: bool = True
+    # folder of the fitted densities; None = density/ under the cache root (chexretrieve.cache)
+    cache_dir: Path | None = None
+    # fewest archive images a density is fitted on (fewer: searches carry no density)
+    min_images: int = 20
+    # larger archives are fitted on a seeded random sample of this many images (every image is
+    # still scored); bounds the fit's time (docs/density.md has the measured cost)
+    fit_sample: int = 20_000
+    # a search that must fit an archive larger than this starts the fit in the background and
+    # carries "no density yet" until it is ready (smaller archives are fitted during the search;
+    # refits always run in the background, the old fit flagged stale meanwhile; FIT_NOW: every
+    # fit and refit during the call, for one-shot commands)
+    background_fit_above: int = 5000
+    # concept decomposition: list the top components covering this share of the posterior
+    concept_mass: float = 0.9
+
+    def __post_init__(self) -> None:
+        if self.criterion not in DENSITY_CRITERIA:
+            raise ValueError(
+                f"unknown density criterion {self.criterion!r}; choose one of: "
+                f"{', '.join(DENSITY_CRITERIA)}"
+            )
+        if not 0 < self.ood_percentile < 50:
+            raise ValueError(f"ood_percentile must be in (0, 50), got {self.ood_percentile}")
+        if not 0 <= self.refit_fraction <= 1:
+            raise ValueError(f"refit_fraction must be in [0, 1], got {self.refit_fraction}")
+        if not self.candidates or min(self.candidates) < 1:
+            raise ValueError(f"candidates must be positive counts, got {self.candidates}")
+        if self.min_images < 3:
+            raise ValueError(f"min_images must be at least 3, got {self.min_images}")
+        if self.fit_sample < self.min_images:
+            raise ValueError(
+                f"fit_sample ({self.fit_sample}) must be at least min_images ({self.min_images})"
+            )
+        if not 0 < self.concept_mass <= 1:
+            raise ValueError(f"concept_mass must be in (0, 1], got {self.concept_mass}")

@@ -1,0 +1,164 @@
+"""Reads of the data-set columns (patient, study, view, sex, age, split, path) and study reports."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+from sqlalchemy import Connection, select
+
+from chexretrieve.datasets.entries import view_group_of
+from chexretrieve.findings import FINDINGS
+from chexretrieve.store import writes
+from chexretrieve.store.schema import Image, Label, Report, Study
+from chexretrieve.store.writes import chunks
+
+#: the data-set columns of ``Store.dataset_frame`` / ``Store.labels_frame(metadata=True)``
+DATASET_COLUMNS = (
+    "patient_id",
+    "study_id",
+    "view_group",
+    "view_position",
+    "sex",
+    "age",
+    "split",
+    "dataset_path",
+)
+
+_SELECT = select(
+    Image.id.label("image_id"),
+    Image.patient_id,
+    Image.dataset_study_id,
+    Study.study_uid,
+    Image.view_group,
+    Image.view_position,
+    Image.patient_sex,
+    Image.patient_age_years,
+    Image.split,
+    Image.dataset_path,
+    Image.source_path,
+).join(Study, Study.id == Image.study_id)
+
+
+def dataset_frame(conn: Connection, image_ids: Sequence[int] | None) -> pd.DataFrame:
+    if image_ids is None:
+        rows = conn.execute(_SELECT).all()
+    else:
+        rows = []
+        for part in chunks(sorted({int(i) for i in image_ids})):
+            rows += conn.execute(_SELECT.where(Image.id.in_(part))).all()
+    out = [
+        {
+            "image_id": int(r.image_id),
+            "patient_id": r.patient_id or "",
+            "study_id": r.dataset_study_id or r.study_uid or "",
+            "view_group": r.view_group or view_group_of(r.view_position) or "",
+            "view_position": (r.view_position or "").upper(),
+            "sex": r.patient_sex or "",
+            "age": np.nan if r.patient_age_years is None else float(r.patient_age_years),
+            "split": r.split or "",
+            "dataset_path": r.dataset_path or r.source_path or "",
+        }
+        for r in rows
+    ]
+    frame = pd.DataFrame(out, columns=["image_id", *DATASET_COLUMNS])
+    frame["image_id"] = frame["image_id"].astype(np.int64)
+    frame["age"] = pd.to_numeric(frame["age"]).astype(float)
+    return frame.set_index("image_id").sort_index()
+
+
+def report_for_image(conn: Connection, image_id: int) -> str | None:
+    row = conn.execute(
+        select(Image.dataset_study_id, Study.study_uid)
+        .join(Study, Study.id == Image.study_id)
+        .where(Image.id == image_id)
+    ).first()
+    if row is None:
+        return None
+    keys = [k for k in (row.dataset_study_id, row.study_uid) if k]
+    if not keys:
+        return None
+    found = dict(
+        conn.execute(select(Report.study_key, Report.text).where(Report.study_key.in_(keys))).all()
+    )
+    return next((found[k] for k in keys if k in found), None)
+
+
+def report_texts(conn: Connection) -> list[tuple[str, str]]:
+    rows = conn.execute(select(Report.study_key, Report.text).order_by(Report.study_key))
+    return [(key, text) for key, text in rows]
+
+
+def report_keys(conn: Connection) -> dict[str, str]:
+    rows = conn.execute(
+        select(Image.dataset_study_id, Study.study_uid, Image.dataset_path, Image.source_path).join(
+            Study, Study.id == Image.study_id
+        )
+    )
+    out: dict[str, str] = {}
+    for dataset_study, study_uid, dataset_path, source_path in rows:
+        key = dataset_study or study_uid
+        for name in (dataset_study, study_uid, dataset_path, source_path):
+            if name:
+                out.setdefault(name, key)
+    return out
+
+
+class DatasetRecords:
+    """The Store's data-set and report methods (a mixin: it uses ``Store._read`` / ``_write``)."""
+
+    def dataset_frame(
+        self, image_ids: Sequence[int] | None = None, *, labels: bool = True
+    ) -> pd.DataFrame:
+        """EVERY image (labelled or not), index image_id: the finding columns (NaN when blank or
+        unlabelled; left out with ``labels=False``) then ``DATASET_COLUMNS``:
+        patient_id, study_id (the data set's study id, else the StudyInstanceUID), view_group
+        ("frontal" / "lateral" / "" unknown; from the data set, else from ViewPosition),
+        view_position, sex, age (years, NaN unknown), split ("" none), dataset_path (the path
+        relative to the data-set root, else the file path). Strings are "" when unknown."""
+        with self._read() as conn:
+            frame = dataset_frame(conn, image_ids)
+        if labels:
+            frame = self._labels_table(frame.index.tolist()).reindex(frame.index).join(frame)
+        return frame
+
+    # ------------------------------------------------------------------ reports
+    def put_reports(self, reports: Mapping[str, tuple[str, str | None]]) -> dict[str, int]:
+        """Store study reports (study key -> (text, source)) in one transaction; how many were
+        "new", "changed" and "unchanged". The key is the data set's study id (MIMIC study_id,
+        CheXpert patient/study), else the StudyInstanceUID."""
+        with self._write() as conn:
+            counts = writes.put_reports(conn, reports)
+            if counts["new"] or counts["changed"]:
+                writes.bump_revision(conn)
+        return {name: counts.get(name, 0) for name in ("new", "changed", "unchanged")}
+
+    def report_for_image(self, image_id: int) -> str | None:
+        """The stored report of the image's study, or None."""
+        with self._read() as conn:
+            return report_for_image(conn, int(image_id))
+
+    def report_texts(self) -> list[tuple[str, str]]:
+        """Every stored report as (study key, text), ordered by key."""
+        with self._read() as conn:
+            return report_texts(conn)
+
+    def report_keys(self) -> dict[str, str]:
+        """Image names (data-set path, file path) and study ids -> the study key reports use."""
+        with self._read() as conn:
+            return report_keys(conn)
+
+    def _labels_table(self, image_ids: Sequence[int] | None) -> pd.DataFrame:
+        """Finding columns (FINDINGS order) of labelled images, index image_id."""
+        stmt = select(Label.image_id, Label.finding, Label.value)
+        with self._read() as conn:
+            rows = conn.execute(stmt).all()
+        frame = pd.DataFrame(rows, columns=["image_id", "finding", "value"])
+        frame["value"] = pd.to_numeric(frame["value"], errors="coerce").astype(float)
+        table = frame.pivot(index="image_id", columns="finding", values="value")
+        table = table.reindex(columns=list(FINDINGS)).astype(float)
+        table.columns.name = None
+        if image_ids is not None:
+            table = table[table.index.isin([int(i) for i in image_ids])]
+        return table.sort_index()

@@ -1,0 +1,272 @@
+"""Accounts, roles and the routes an outsider can reach (issue 23, findings 7 and 10).
+
+The real server (``launch_app``) with one account per role. Attacked as an outsider would over
+HTTP: every handler's name on every REST route Gradio has for handlers (run, call, api), signed in
+and not; the anchor-set save through the page's own event queue as a radiologist; 300 wrong
+passwords in a row; a session idle too long or of a disabled account; the SSO header from a
+client that is not the proxy; `chexretrieve users` with a short password; plain HTTP warnings.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+import subprocess
+
+import adv_server as srv
+import pytest
+from typer.testing import CliRunner
+
+from chexretrieve.accounts.book import AccountBook
+from chexretrieve.accounts.config import AccessConfig
+from chexretrieve.accounts.throttle import LoginThrottle
+from chexretrieve.cli import app as cli
+from chexretrieve.store import open_store
+from chexretrieve.ui.curation import CurationDesk, set_as_text
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:The copy keyword is deprecated"),
+    pytest.mark.filterwarnings("ignore:'future.no_silent_downcasting' is deprecated"),
+]
+#: what app data looks like in an answer
+DATA_MARKERS = ("Pleural", "PHA", "case 1", "study", "anchor", "Saved")
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    built = srv.make_world(tmp_path_factory.mktemp("adv-access"))
+    yield built
+    srv.restore(built)
+
+
+@pytest.fixture(scope="module")
+def site(world):
+    app, base = srv.launch(world)
+    yield {"app": app, "base": base, "access": app.case_lookup_access}
+    app.close(verbose=False)
+
+
+def _anchor_files(world) -> set[str]:
+    return {str(p.relative_to(world["anchors"])) for p in world["anchors"].rglob("*.yaml")}
+
+
+def _handler_names(app) -> set[str]:
+    names = {"save_version", "load_case", "load_upload", "run_search", "select_result",
+             "open_query", "show_page", "show_set", "impact", "page_loaded", "lambda",
+             "false", "false_1", "false_2", "handler", "mark", "finding_changed"}  # fmt: skip
+    for fn in app.fns.values():
+        names.update(str(n) for n in (fn.name, fn.api_name) if n)
+    return {n for n in names if n.replace("_", "").replace("-", "").isalnum()}
+
+
+def test_no_handler_is_a_rest_endpoint_signed_in_or_not(site, world, cases):
+    """Finding 7: /gradio_api/run|call|api/<name> for every handler: refused, nothing written."""
+    before = _anchor_files(world)
+    names = sorted(_handler_names(site["app"]))
+    routes = ["gradio_api/run/{}", "gradio_api/call/{}", "gradio_api/call/v2/{}",
+              "gradio_api/api/{}", "run/{}", "api/{}", "call/{}"]  # fmt: skip
+    # a save that the handler would accept (the set shown, one line added): a real attack
+    _, save = _save_request(srv.client(site["base"], "cur"), world)
+    bodies = {"save_version": {"data": save}, "load_case": {"data": ["1", "Pleural Effusion"]}}
+    leaks = []
+    for who in (None, "rad", "cur"):
+        session = srv.client(site["base"], who)
+        for name in names:
+            for route in routes:
+                path = route.format(name)
+                answer = session.post(path, json=bodies.get(name, {"data": []}))
+                text = answer.text
+                ok = answer.status_code in (401, 403, 404, 405) and not any(
+                    m in text for m in DATA_MARKERS
+                )
+                if not ok:
+                    leaks.append((who, path, answer.status_code, text[:80]))
+        for path in ("gradio_api/info", "gradio_api/openapi.json", "openapi.json",
+                     "gradio_api/mcp/schema", "gradio_api/mcp/sse", "monitoring"):  # fmt: skip
+            answer = session.get(path)
+            if answer.status_code not in (401, 403, 404) or "named_endpoints" in answer.text:
+                leaks.append((who, path, answer.status_code, answer.text[:80]))
+    after = _anchor_files(world)
+    cases.check("no handler answers on a REST route (anonymous, radiologist, curator)",
+                not leaks, str(leaks[:5]))  # fmt: skip
+    cases.check("no anchor version written through a REST route", after == before,
+                str(after - before))  # fmt: skip
+    cases.figure("REST handler routes probed", len(names) * len(routes) * 3)
+    assert not leaks and after == before
+
+
+def _save_request(session, world):  # noqa: ANN001, ANN202
+    key = srv.component_props(session, "cur-set")["value"]
+    text = set_as_text(CurationDesk(anchors_dir=world["anchors"]).get(key))
+    text += "\n+ a forged sentence about a large effusion\n"
+    return srv.fn_index(session, "cur-save", "click"), [key, text, "forged", "Pleural Effusion"]
+
+
+def test_saving_an_anchor_version_needs_the_curator_role_on_the_server(site, world, cases):
+    """Finding 7: the save event joined through the queue as a radiologist is refused by the
+    handler (the page is not trusted); a curator's is saved."""
+    before = _anchor_files(world)
+    rad = srv.client(site["base"], "rad")
+    index, data = _save_request(rad, world)
+    status, message = srv.call(rad, index, data)
+    refused = "needs the curator role" in srv.answer_text(message)
+    unchanged = _anchor_files(world) == before
+    cases.check("a radiologist's save is refused with the role it needs", status == 200 and refused,
+                srv.answer_text(message)[:200])  # fmt: skip
+    cases.check(
+        "nothing written for the radiologist", unchanged, str(_anchor_files(world) - before)
+    )
+    anonymous = srv.client(site["base"])
+    status_anon, _ = srv.call(anonymous, index, data)
+    cases.check("the queue refuses an anonymous join", status_anon in (401, 403), str(status_anon))
+    cur = srv.client(site["base"], "cur")
+    status_cur, saved = srv.call(cur, index, data)
+    written = _anchor_files(world) - before
+    cases.check("a curator's save is written (the refusal is the role's)",
+                status_cur == 200 and len(written) == 1, str(written))  # fmt: skip
+    assert refused and unchanged and status_anon in (401, 403) and len(written) == 1
+
+
+def test_wrong_passwords_are_throttled_per_user_and_per_client(site, cases):
+    """Finding 10: 300 wrong sign-ins: only the first few are checked, then a growing wait; the
+    right password is refused too while the wait lasts; many names from one client as well."""
+    access = site["access"]
+    try:
+        session = srv.client(site["base"])
+        codes = [
+            session.post("login", data={"username": "rad", "password": f"wrong-{i}"}).status_code
+            for i in range(300)
+        ]
+        checked = codes.count(400)
+        throttled = codes.count(429)
+        right = session.post("login", data={"username": "rad", "password": srv.PASSWORD["rad"]})
+        cases.check("at most user_free_failures + 1 of 300 wrong passwords checked",
+                    checked <= access.config.user_free_failures + 1, str(checked))  # fmt: skip
+        cases.check("the rest answered 429 (wait)", throttled >= 290, str(throttled))
+        cases.check("the right password waits as well (lockout)", right.status_code == 429,
+                    str(right.status_code))  # fmt: skip
+        cases.check("the wait is said", "try again in" in right.text, right.text[:120])
+        access.throttle = LoginThrottle(access.config)
+        spread = [
+            session.post("login", data={"username": f"user{i}", "password": "x" * 12}).status_code
+            for i in range(60)
+        ]
+        cases.check("many names from one client: throttled after client_free_failures",
+                    spread.count(400) <= access.config.client_free_failures + 1
+                    and spread.count(429) >= 30, str(spread.count(400)))  # fmt: skip
+        cases.figure("300 wrong passwords: checked / throttled", f"{checked} / {throttled}")
+        assert checked <= access.config.user_free_failures + 1 and right.status_code == 429
+    finally:
+        access.throttle = LoginThrottle(access.config)
+
+
+def test_the_audit_names_each_signed_in_user(site, world, cases):
+    """Finding 10: two people open a case: each audit record names that person."""
+    for user in ("rad", "cur"):
+        session = srv.client(site["base"], user)
+        status, message = srv.call(session, srv.fn_index(session, "load-case", "click"),
+                                   ["3", "Pleural Effusion"])  # fmt: skip
+        assert status == 200 and message.get("success", True), message
+    records = [json.loads(line) for line in world["audit"].read_text().splitlines()]
+    views = [(r["user"], r.get("image")) for r in records if r["action"] == "view"]
+    named = ("rad", 3) in views and ("cur", 3) in views
+    cases.check("the audit names the person who opened the case", named, str(views[-4:]))
+    assert named
+
+
+def test_sessions_expire_and_end_when_the_account_is_disabled(site, world, cases):
+    access = site["access"]
+    clock = [1_000_000.0]
+    real_clock = access.clock
+    access.clock = lambda: clock[0]
+    try:
+        session = srv.client(site["base"], "rad")
+        fresh = session.get("config").status_code
+        clock[0] += access.config.session_idle_s + 1
+        idle = session.get("config").status_code
+        session = srv.client(site["base"], "rad")
+        for _ in range(10):  # active all along, but longer than the longest session
+            clock[0] += access.config.session_max_age_s / 10 + 1
+            last = session.get("config").status_code
+        cases.check("a fresh session works", fresh == 200, str(fresh))
+        cases.check("an idle session ends", idle == 401, str(idle))
+        cases.check("an active session ends at session_max_age_s", last == 401, str(last))
+        access.clock = real_clock
+        session = srv.client(site["base"], "cur")
+        store = open_store(world["db_url"])
+        AccountBook(store).disable("cur")
+        import time
+
+        time.sleep(2.5)  # the role cache of AccountBook (2 s)
+        disabled = session.get("config").status_code
+        again = session.post("login", data={"username": "cur", "password": srv.PASSWORD["cur"]})
+        AccountBook(store).enable("cur")
+        store.close()
+        cases.check("a disabled account's open session ends", disabled == 401, str(disabled))
+        cases.check("a disabled account cannot sign in", again.status_code == 400,
+                    str(again.status_code))  # fmt: skip
+        assert (fresh, idle, last, disabled, again.status_code) == (200, 401, 401, 401, 400)
+    finally:
+        access.clock = real_clock
+
+
+@pytest.mark.parametrize("trusted", [False, True], ids=["other-proxy", "this-proxy"])
+def test_the_sso_header_is_believed_only_from_the_proxy(world, cases, trusted):
+    proxy = "127.0.0.1" if trusted else "10.254.0.1"
+    access = AccessConfig(trusted_header="X-Remote-User", trusted_proxies=(proxy,))
+    app, base = srv.launch(world, sign_in="header", access=access)
+    try:
+        session = srv.client(base)
+        named = session.get("config", headers={"X-Remote-User": "adm"})
+        unknown = session.get("config", headers={"X-Remote-User": "mallory"})
+        bare = session.get("config")
+        if trusted:
+            ok = (named.status_code, unknown.status_code, bare.status_code) == (200, 401, 401)
+        else:
+            ok = {named.status_code, unknown.status_code, bare.status_code} == {401}
+        codes = f"{named.status_code} {unknown.status_code} {bare.status_code}"
+        cases.check(f"SSO header from {'the' if trusted else 'another'} address", ok, codes)
+        assert ok
+    finally:
+        app.close(verbose=False)
+
+
+def test_users_add_refuses_a_short_password_and_serve_warns_about_plain_http(world, cases):
+    runner = CliRunner()
+    short = runner.invoke(cli, ["users", "add", "eve", "--password-stdin", "--db",
+                                world["db_url"]], input="ab\n")  # fmt: skip
+    cases.check("a 2-character password is refused", short.exit_code == 2
+                and "at least 12 characters" in short.output, short.output[-200:])  # fmt: skip
+    empty = f"sqlite:///{world['root'] / 'no-accounts.sqlite'}"
+    open_store(empty).close()
+    port = str(srv.ui_browser._free_port())
+    served = runner.invoke(cli, ["serve", "--host", "0.0.0.0", "--accounts", "--db", empty,
+                                 "--encoder", "stand-in", "--port", port])  # fmt: skip
+    warned = "plain HTTP on 0.0.0.0" in served.output
+    no_accounts = "no enabled account" in served.output
+    cases.check("plain HTTP on a non-loopback address is warned about", warned, served.output)
+    cases.check("--accounts on a store without accounts: how to add one", no_accounts,
+                served.output[-300:])  # fmt: skip
+    assert short.exit_code == 2 and warned and no_accounts
+
+
+def test_https_with_ssl_certfile_and_keyfile(world, cases, tmp_path):
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)  # fmt: skip
+    app, base = srv.launch(world, ssl_certfile=cert, ssl_keyfile=key)
+    try:
+        secure = base.replace("http://", "https://")
+        with srv.httpx.Client(
+            base_url=secure, verify=ssl.create_default_context(cafile=str(cert)), timeout=60
+        ) as session:
+            answer = session.post("login", data={"username": "rad",
+                                                 "password": srv.PASSWORD["rad"]})  # fmt: skip
+            config = session.get("config")
+        ok = answer.status_code == 200 and config.status_code == 200
+        cases.check("HTTPS served with the given certificate", ok, str(config.status_code))
+        assert ok
+    finally:
+        app.close(verbose=False)
