@@ -127,10 +127,12 @@ def settings_from_url(params: Mapping[str, object] | None) -> UrlSettings:
 def with_url(html: str, url: str) -> str:
     """The results' HTML with the address of its search on its root element."""
     marker = "<div class='cx-results'"
-    if not html.startswith(marker):
+    at = html.find(marker)  # after a banner above the results, if any
+    if at < 0:
         return html
     quoted = urllib.parse.quote(url, safe="?&=+%:@,;/")
-    return f"{marker} data-url='{quoted}'" + html[len(marker) :]
+    end = at + len(marker)
+    return f"{html[:at]}{marker} data-url='{quoted}'{html[end:]}"
 
 
 #: the age widgets' values when the address leaves the ages open
