@@ -99,7 +99,9 @@ def _save_request(session, world):  # noqa: ANN001, ANN202
     key = srv.component_props(session, "cur-set")["value"]
     text = set_as_text(CurationDesk(anchors_dir=world["anchors"]).get(key))
     text += "\n+ a forged sentence about a large effusion\n"
-    return srv.fn_index(session, "cur-save", "click"), [key, text, "forged", "Pleural Effusion"]
+    # publishing writes a version (issue 24: "Save draft" writes only a draft, which no search
+    # reads; publishing is the curator's action)
+    return srv.fn_index(session, "cur-publish", "click"), [key, text, "forged", "Pleural Effusion"]
 
 
 def test_saving_an_anchor_version_needs_the_curator_role_on_the_server(site, world, cases):
