@@ -6,8 +6,9 @@ reading the archive revision before every search.
 
 Printed: audit records per second with fsync on (the default) and off, and their ratio; seconds to
 verify the trail (HMAC, chain, head); the median search latency with and without the revision
-check (one SELECT of one row; measured interleaved), their ratio, and the query alone. Figures
-depend on the disk (fsync) and the machine; nothing here is asserted.
+check (one SELECT of one row; measured interleaved), their ratio, and the query alone; the search
+latency right after an ingest (gallery reloaded, features extended). Figures depend on the disk
+(fsync) and the machine; nothing here is asserted.
 """
 
 from __future__ import annotations
@@ -72,6 +73,55 @@ def _search_latencies(folder: Path, searches: int) -> tuple[float, float, float]
     return statistics.median(on), statistics.median(off), statistics.median(query)
 
 
+def _after_ingest(folder: Path, gallery: int = 600, batches: int = 5) -> tuple[float, float, float]:
+    """Median seconds of a search in a steady archive, and median / max of the first search of
+    each of 9 (finding, geometry) pairs after an ingest of 8 images (the gallery reloaded and its
+    features extended), over a ``gallery``-image archive with 512-dimensional embeddings."""
+    from ingest_fixtures import write_archive
+
+    from chexretrieve.app import AppConfig, open_search_app
+    from chexretrieve.audit import AuditConfig
+    from chexretrieve.encoders.stand_in import StandInEncoder
+    from chexretrieve.ingest import IngestConfig, ingest_paths
+    from chexretrieve.search.config import SearchConfig
+    from chexretrieve.search.service import SearchRequest
+    from chexretrieve.store import open_store
+
+    encoder = StandInEncoder(dim=512)
+    store = open_store(f"sqlite:///{folder / 'grow.sqlite'}")
+    write_archive(folder / "grow", gallery, size=32)
+    ingest_paths([folder / "grow"], store, encoder, IngestConfig(workers=0))
+    config = AppConfig(
+        store.config.url,
+        search=SearchConfig(feature_cache_dir=folder / "grow-features"),
+        audit=AuditConfig(enabled=False),
+    )
+    service = open_search_app(config, store=store, encoder=encoder).service
+    case = int(service.gallery.image_ids[0])
+    requests = [
+        SearchRequest(finding=f, geometry=g, case_id=case, top_k=10)
+        for f in ("Edema", "Pneumothorax", "Cardiomegaly")
+        for g in ("softmax", "cosine", "gaussian")
+    ]
+    for request in requests:
+        service.search(request)
+
+    def timed(request) -> float:  # noqa: ANN001
+        start = time.perf_counter()
+        service.search(request)
+        return time.perf_counter() - start
+
+    steady = [timed(r) for _ in range(3) for r in requests]
+    after = []
+    for k in range(batches):
+        batch = folder / f"batch{k}"
+        write_archive(batch, 8, size=32, start=10_000 + 8 * k)
+        ingest_paths([batch], store, encoder, IngestConfig(workers=0))
+        after += [timed(r) for r in requests]
+    store.close()
+    return statistics.median(steady), statistics.median(after), max(after)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=2000)
@@ -90,6 +140,7 @@ def main() -> None:
         verify_s = time.perf_counter() - start
         assert report.intact, report.problems
         checked, unchecked, query = _search_latencies(folder, args.searches)
+        steady, after, worst = _after_ingest(folder)
     print(f"audit records/s, fsync on:  {synced:,.0f}")
     print(f"audit records/s, fsync off: {unsynced:,.0f}  (fsync costs x{unsynced / synced:.2f})")
     print(f"verify {args.records:,} records: {verify_s:.3f} s")
@@ -97,6 +148,10 @@ def main() -> None:
     ratio = checked / unchecked
     print(f"median search, revision check off: {unchecked * 1000:.2f} ms  (ratio {ratio:.3f})")
     print(f"median revision query alone:       {query * 1000:.3f} ms")
+    print(
+        f"600 images, 512-d: search {steady * 1000:.1f} ms steady; first after an 8-image "
+        f"ingest {after * 1000:.1f} ms median, {worst * 1000:.1f} ms max (reload + extension)"
+    )
 
 
 if __name__ == "__main__":

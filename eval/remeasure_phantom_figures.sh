@@ -2,7 +2,7 @@
 # Re-measures every published figure that depends on the bundled phantom encoder's weights, in the
 # order they depend on each other (SIMULATION: phantoms, not patients). Run it after the default
 # weights change (`chexretrieve phantom train` + chexretrieve/encoders/weights/), then copy the
-# printed figures into the README ("Phantom encoder", "Storage precision", "The demo and relevance
+# printed figures into docs/performance.md ("Phantom encoder", "Storage precision", "The demo and relevance
 # feedback") and read the new report claim by claim; this script measures, it writes no prose.
 #
 #   1. the gates page          eval/phantom_zero_shot.md   (also caches the world's embeddings)
@@ -11,7 +11,7 @@
 #   4. float16 vs float32      benchmarks/storage_precision.py
 #   5. a fresh demo store      chexretrieve demo --no-serve, in a scratch folder
 #   6. relevance feedback      benchmarks/relevance_feedback.py on that store
-#   7. the README screenshots  tests/ui/make_screenshots.py (needs /usr/bin/chromium)
+#   7. the screenshots         tests/ui/make_screenshots.py (needs /usr/bin/chromium)
 #
 # Usage, from the checkout:  eval/remeasure_phantom_figures.sh [REPORT] [LOGS]
 #   REPORT  report folder to write (default eval/reports/phantom-<today>; it must not exist yet)
@@ -46,7 +46,7 @@ step relevance_feedback "$PY" benchmarks/relevance_feedback.py \
   --db "sqlite:///$DEMO/chexretrieve.sqlite" --queries 15
 step screenshots "$PY" tests/ui/make_screenshots.py
 
-echo "== figures to carry into the README"
+echo "== figures to carry into docs/performance.md"
 grep -E "^\| (zero-shot AUROC mean|prompt direction does|effective dimension|inv_t x)" eval/phantom_zero_shot.md
 grep -E "^[a-z_]+ +[0-9.]+ +[0-9.]+ " "$LOGS/storage_precision.log" || true
 grep -E "ready in|files/s" "$LOGS/demo.log" || true

@@ -96,7 +96,8 @@ class AccountBook:
         ok = verify_password(row.password_hash if row else None, password or "")
         if not ok or row is None or row.disabled:
             return None
-        if needs_rehash(row.password_hash or ""):
+        read_only = getattr(self.table.store, "read_only", False)  # serve never writes the store
+        if needs_rehash(row.password_hash or "") and not read_only:
             self.table.change(name, password_hash=hash_password(password))
         return row
 

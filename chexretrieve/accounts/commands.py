@@ -30,7 +30,14 @@ def _book(db: str | None):  # noqa: ANN202
     return AccountBook(open_store(resolve_read_store(db)))
 
 
-def _read_password(from_stdin: bool, name: str) -> str:
+def _read_password(from_stdin: bool, name: str, env: str | None = None) -> str:
+    if env:
+        import os
+
+        password = os.environ.get(env, "")
+        if not password:
+            raise ValueError(f"--password-env {env}: that environment variable is empty or unset")
+        return password
     if from_stdin:
         line = sys.stdin.readline()
         password = line[:-1] if line.endswith("\n") else line
@@ -74,21 +81,31 @@ def add_command(
     password_stdin: bool = typer.Option(
         False, "--password-stdin", help="Read the password from the first line of stdin."
     ),
+    password_env: str | None = typer.Option(
+        None,
+        "--password-env",
+        help="Read the password from this environment variable (container set-ups).",
+    ),
     sso_only: bool = typer.Option(
         False, "--sso-only", help="No password: signs in only through the trusted proxy header."
     ),
+    exists_ok: bool = typer.Option(
+        False, "--exists-ok", help="An account of that name is left as it is (exit status 0)."
+    ),
     db: str | None = typer.Option(None, "--db", help=_DB_HELP),
 ) -> None:
-    """Add an account (the password is asked for twice, or read from stdin)."""
+    """Add an account (the password is asked for twice, or read from stdin or a variable)."""
 
     def act() -> str:
         book = _book(db)
         from chexretrieve.accounts.book import check_name
         from chexretrieve.accounts.roles import check_role
 
-        check_name(name)
         check_role(role)
-        password = None if sso_only else _read_password(password_stdin, name)
+        existing = book.table.get(check_name(name))
+        if existing is not None and exists_ok:
+            return f"{existing.name} exists already ({existing.role}); left as it is"
+        password = None if sso_only else _read_password(password_stdin, name, password_env)
         row = book.add(name, role, password)
         how = "through the trusted proxy only" if sso_only else "with a password"
         return f"added {row.name} ({row.role}), signs in {how}"

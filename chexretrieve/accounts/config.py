@@ -25,8 +25,9 @@ class AccessConfig:
     # trusted-header (SSO reverse proxy) mode: the HTTP header carrying the signed-in user's name
     # (e.g. "X-Remote-User"); None = accounts sign in with their password
     trusted_header: str | None = None
-    # addresses or networks (CIDR) of the reverse proxies whose `trusted_header` is believed;
-    # every request from anywhere else is refused in that mode
+    # addresses or networks (CIDR) of the reverse proxies whose `trusted_header` is believed
+    # (every request from anywhere else is refused in that mode) and, with accounts, whose
+    # X-Forwarded-For names the client that sign-in failures are counted under
     trusted_proxies: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:

@@ -15,6 +15,10 @@ What it holds:
   i.e. what *new* in-distribution images score (in-sample scores are higher, as the model has
   seen them, and would flag too many ordinary queries); with BIC, the in-sample scores.
 * ``threshold``: the ``ood_percentile``-th percentile of the reference: below it, a query is OOD.
+* ``ood_model``: which score ``reference`` and ``threshold`` are of: the mixture's log-density
+  (``movmf``, the default), or a Ledoit–Wolf Gaussian's (``gaussian``: it flagged more of the
+  evaluation's out-of-distribution images, see docs/density.md). Rarity and concepts are always
+  the mixture's.
 * ``components``: each component named by its nearest anchor sentences (all findings' sets;
   both sides centred on their own mean, past the image-text modality gap) and by the labels
   that dominate it among labelled archive images.
@@ -36,6 +40,7 @@ from chexretrieve.cache import write_atomically
 from chexretrieve.density.config import DensityConfig
 from chexretrieve.findings import FINDINGS
 from chexretrieve.geometry.bessel import vmf_mean_length
+from chexretrieve.geometry.density_baselines import GaussianDensity
 from chexretrieve.geometry.movmf_density import MovMFDensity, select_movmf_density
 
 #: file format version (bumped when the layout changes; other versions are refitted)
@@ -100,6 +105,18 @@ class ArchiveDensity:
     criterion: str
     criterion_scores: dict[int, float]
     components: tuple[ComponentName, ...]
+    # which score the OOD flag, percentile and threshold use: "movmf", or "gaussian" (then
+    # ``gaussian`` holds the Ledoit–Wolf Gaussian and ``reference`` its held-out scores)
+    ood_model: str = "movmf"
+    gaussian: GaussianDensity | None = None
+    # fitting_settings(config) of the fit: a fit made under other settings is not reused
+    settings: str = ""
+
+    def ood_score(self, rows) -> np.ndarray:
+        """The OOD model's log-density of unit rows (what ``reference`` and ``threshold`` use)."""
+        if self.gaussian is not None:
+            return self.gaussian.log_density(rows)
+        return self.model.log_density(rows)
 
     @property
     def n_images(self) -> int:
@@ -157,8 +174,14 @@ class ArchiveDensity:
             "criterion": self.criterion,
             "criterion_scores": {str(k): v for k, v in self.criterion_scores.items()},
             "components": [c.as_dict() for c in self.components],
+            "ood_model": self.ood_model,
+            "settings": self.settings,
         }
+        extra = {}
+        if self.gaussian is not None:
+            extra = {f"gaussian_{k}": np.asarray(v) for k, v in self.gaussian.to_arrays().items()}
         arrays = {
+            **extra,
             "image_ids": self.image_ids,
             "log_density": self.log_density,
             "reference": self.reference,
@@ -176,6 +199,11 @@ class ArchiveDensity:
                 if meta.get("format") != FORMAT:
                     raise ValueError(f"format {meta.get('format')} (this version reads {FORMAT})")
                 model = MovMFDensity.from_arrays(data)
+                gaussian = None
+                if meta.get("ood_model", "movmf") == "gaussian":
+                    gaussian = GaussianDensity.from_arrays(
+                        {k: data[f"gaussian_{k}"] for k in ("mean", "covariance", "shrinkage")}
+                    )
                 return cls(
                     encoder_id=meta["encoder_id"],
                     store_label=meta["store_label"],
@@ -200,9 +228,20 @@ class ArchiveDensity:
                         )
                         for c in meta["components"]
                     ),
+                    ood_model=meta.get("ood_model", "movmf"),
+                    gaussian=gaussian,
+                    settings=meta.get("settings", ""),
                 )
         except (OSError, KeyError, ValueError, TypeError) as exc:
             raise ValueError(f"the density file {path} cannot be read ({exc}); refit it") from None
+
+
+def fitting_settings(config: DensityConfig) -> str:
+    """The settings a fit depends on, as one string (a fit under others is refitted)."""
+    return json.dumps(
+        [FORMAT, list(config.candidates), config.criterion, config.seed, config.ood_percentile,
+         config.ood_model, config.fit_sample]
+    )  # fmt: skip
 
 
 def density_folder(root: Path, store_label: str, encoder_id: str) -> Path:
@@ -260,6 +299,14 @@ def fit_archive_density(
     model = selection.density
     own = model.log_density(x)
     reference = own if selection.heldout_log_density is None else selection.heldout_log_density
+    gaussian = None
+    if config.ood_model == "gaussian":
+        gaussian = GaussianDensity.fit(sample)
+        reference = gaussian.log_density(sample)  # BIC: in-sample, as for the mixture
+        if selection.heldout_rows is not None:  # held out: scored by a fit without them
+            train = np.setdiff1d(np.arange(len(sample)), selection.heldout_rows)
+            held = sample[selection.heldout_rows]
+            reference = GaussianDensity.fit(sample[train]).log_density(held)
     reference = np.sort(np.asarray(reference, dtype=np.float64))
     posterior = model.posterior(x)
     return ArchiveDensity(
@@ -277,6 +324,9 @@ def fit_archive_density(
         criterion=selection.criterion,
         criterion_scores={int(k): float(v) for k, v in selection.scores.items()},
         components=name_components(model, posterior, ids, labels, anchors),
+        ood_model=config.ood_model,
+        gaussian=gaussian,
+        settings=fitting_settings(config),
     )
 
 

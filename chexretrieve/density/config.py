@@ -7,6 +7,8 @@ from pathlib import Path
 
 #: ``background_fit_above`` for one-shot commands: always fit during the call
 FIT_NOW = 2**62
+#: scores the OOD flag may use (chexretrieve.density.archive)
+OOD_MODELS = ("movmf", "gaussian")
 #: how the mixture's component count is chosen (chexretrieve.geometry.movmf_density)
 DENSITY_CRITERIA = ("heldout", "bic")
 
@@ -23,6 +25,9 @@ class DensityConfig:
     seed: int = 0
     # a query whose log-density is below this percentile of the archive's is flagged OOD
     ood_percentile: float = 0.5
+    # the score of the OOD flag and percentile: "movmf" (the vMF mixture) or "gaussian" (a
+    # Ledoit–Wolf Gaussian, better on the phantom evaluation); rarity and concepts: the mixture
+    ood_model: str = "movmf"
     # refit when more than this fraction of the fitted images were added or removed since
     refit_fraction: float = 0.1
     # fit (or refit) during a search when there is no usable fit; False = report "no density"
@@ -47,6 +52,10 @@ class DensityConfig:
             raise ValueError(
                 f"unknown density criterion {self.criterion!r}; choose one of: "
                 f"{', '.join(DENSITY_CRITERIA)}"
+            )
+        if self.ood_model not in OOD_MODELS:
+            raise ValueError(
+                f"unknown OOD model {self.ood_model!r}; choose one of: {', '.join(OOD_MODELS)}"
             )
         if not 0 < self.ood_percentile < 50:
             raise ValueError(f"ood_percentile must be in (0, 50), got {self.ood_percentile}")

@@ -32,6 +32,7 @@ from chexretrieve.density.archive import (
     ComponentName,
     density_path,
     fit_archive_density,
+    fitting_settings,
     saved_revisions,
 )
 from chexretrieve.density.config import FIT_NOW, DensityConfig
@@ -73,6 +74,8 @@ class QueryDensity:
     n_components: int
     note: str = ""
     concepts: tuple[ConceptShare, ...] = field(default=())
+    # whose log-density log_density / percentile / ood are: "movmf" or "gaussian"
+    ood_model: str = "movmf"
 
     @property
     def message(self) -> str:
@@ -102,6 +105,7 @@ class QueryDensity:
             "revision": self.revision,
             "n_images": self.n_images,
             "n_components": self.n_components,
+            "ood_model": self.ood_model,
             "concepts": [c.as_dict() for c in self.concepts],
         }
 
@@ -200,8 +204,11 @@ class ArchiveDensityProvider:
                     f"than DensityConfig.min_images = {self.config.min_images}"
                 ),
             )
+        settings = fitting_settings(self.config)
         with self._lock:
             held = self._current
+        if held is not None and held.settings != settings:
+            held = None  # fitted under other settings (an edited DensityConfig): not reused
         if held is not None and held.fingerprint == gallery.fingerprint:
             return held, False, ""
         candidate = held
@@ -212,6 +219,8 @@ class ArchiveDensityProvider:
                 saved = ArchiveDensity.load(path)
             except ValueError:
                 continue  # damaged: refitted below if nothing else serves
+            if saved.settings != settings:
+                break  # fitted under other settings: refitted below
             if saved.fingerprint == gallery.fingerprint:
                 with self._lock:
                     self._current = saved
@@ -263,7 +272,11 @@ class ArchiveDensityProvider:
         with self._fit_lock:
             with self._lock:
                 held = self._current
-            if held is not None and held.fingerprint == gallery.fingerprint:
+            if (
+                held is not None
+                and held.fingerprint == gallery.fingerprint
+                and held.settings == settings
+            ):
                 return held, False, ""  # fitted by another search meanwhile
             return self.fit(gallery), False, ""
 
@@ -314,6 +327,8 @@ class ArchiveDensityProvider:
         row = row / np.linalg.norm(row)
         values, posterior = density.model.log_density_and_posterior(row)
         value = float(values[0])
+        if density.gaussian is not None:  # DensityConfig.ood_model = "gaussian"
+            value = float(density.ood_score(row)[0])
         return QueryDensity(
             log_density=value,
             percentile=float(density.percentile([value])[0]),
@@ -325,6 +340,7 @@ class ArchiveDensityProvider:
             n_images=density.n_images,
             n_components=density.model.n_components,
             note="; ".join(n for n in (note, self.save_error) if n),
+            ood_model=density.ood_model,
             concepts=self.concepts(density, row, posterior)[0],
         )
 

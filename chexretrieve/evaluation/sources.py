@@ -46,7 +46,11 @@ class AnchorTexts:
     broad: tuple[str, ...] = ()  # the broad clinical corpus (prior of the posterior models)
     nuisance: dict[str, tuple[str, ...]] = field(default_factory=dict)  # context -> sentences
     provenance: tuple[str, ...] = ()  # id@version of every set used
-    broad_sets: tuple[str, ...] = ()  # id@version of the broad sets pooled into ``broad``
+
+    @property
+    def broad_sets(self) -> tuple[str, ...]:
+        """id@version of the broad sets pooled into ``broad`` (the prior)."""
+        return tuple(k for k in self.provenance if k.startswith("broad"))
 
 
 def load_anchor_texts(
@@ -76,8 +80,7 @@ def load_anchor_texts(
             keys += [s.key for s in sets]
     prior = broad_prior_sets(root)
     keys += [s.key for s in prior]
-    broad_keys = [s.key for s in prior]
-    return AnchorTexts(found, prior_sentences(prior), nuisance, tuple(keys), tuple(broad_keys))
+    return AnchorTexts(found, prior_sentences(prior), nuisance, tuple(keys))
 
 
 # ------------------------------------------------------------------------------------ caching

@@ -84,7 +84,8 @@ class FeatureCache:
         self._pending: dict[str, threading.Lock] = {}  # key -> lock held while it is computed
         self.computed = 0  # gallery feature blocks computed (not loaded): tests and logs read it
         self.extended = 0  # of those, blocks extended from the previous archive's (new rows only)
-        self.rejected: list[str] = []  # why cached files were not served (tests and logs)
+        # why cached files were not served, newest last (tests and logs; the last 100 kept)
+        self.rejected: list[str] = []
         self._geometry_inputs: dict[str, dict] = {}  # geometry key -> what it was fitted from
         # geometry key -> (gallery fingerprint, feature key) of the newest gallery it scored, and
         # fingerprint -> (image ids, SHA-256 of the embedding rows) of the last few galleries: an
@@ -281,7 +282,7 @@ class FeatureCache:
                     features = KeyMatrix.from_stored(stored)  # copied out of the file's bytes
                 del stored
             except FeatureFileRejected as why:
-                self.rejected.append(f"{path.name}: {why}")
+                self.rejected = [*self.rejected[-99:], f"{path.name}: {why}"]
                 logger.warning("cached features %s not used: %s; recomputing", path, why)
         if features is None:
             features = self._extended(geometry, geometry_key, embeddings, image_ids)

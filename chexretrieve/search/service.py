@@ -183,17 +183,28 @@ class SearchService:
     def _reload(self) -> Gallery:
         """Load the gallery (call under ``_gallery_lock``). The revision is read *before* the
         load: an ingest committing meanwhile makes the next search reload again, never miss."""
-        revision = self._revision() if self._revision is not None else None
+        revision = self._read_revision() if self._revision is not None else None
         gallery = self._stored(self._load_gallery())
         self._gallery_revision = revision
         return gallery
+
+    def _read_revision(self) -> int:
+        try:
+            return int(self._revision())  # type: ignore[misc]
+        except ValueError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a database error, named in one line
+            raise ValueError(
+                f"cannot read the archive's revision ({type(exc).__name__}: {exc}); the search "
+                "is refused rather than answered from a possibly stale gallery"
+            ) from None
 
     def current_gallery(self) -> Gallery:
         """The gallery, reloaded first when the archive's revision moved since it was loaded."""
         gallery = self.gallery
         if self._revision is None:
             return gallery
-        revision = self._revision()
+        revision = self._read_revision()
         if revision == self._gallery_revision:
             return gallery
         with self._gallery_lock:

@@ -51,6 +51,9 @@ _ALLOWED = re.compile(
 )
 #: largest login form read (a name and a password)
 _LOGIN_BODY_MAX = 16_384
+#: largest body of any other request but an upload (an event with its texts: the UI's own caps
+#: are far below; beyond this the body is not read at all and the answer is 413)
+EVENT_BODY_MAX = 16 * 1024 * 1024
 
 
 def route_allowed(path: str) -> bool:
@@ -182,14 +185,51 @@ class AccessGuard:
         startup = path == "/gradio_api/startup-events"  # Gradio's own launch check (no data)
         if access.mode == "header" and not startup and not access.config.is_trusted_proxy(peer):
             # 401 (not 403): no sign-in came through the proxy (Gradio's launch probe accepts it)
-            await _answer(send, 401, b"this server answers only its sign-in proxy")
+            await _answer(send, 401, b"this server answers only its sign-in proxy", _TEXT)
             return
+        if access.mode == "header" and not startup:
+            refusal = self._header_refusal(scope)
+            if refusal:  # 401: Gradio's own launch probe (no header) accepts that answer
+                await _answer(send, 401, refusal.encode("utf-8"), _TEXT)
+                return
         if access.mode == "accounts":
             self._end_expired_session(scope)
             if path.rstrip("/") == "/login" and scope.get("method") == "POST":
-                await self._login(scope, receive, send, peer)
+                await self._login(scope, receive, send, self._client_of(scope, peer))
                 return
+        if not path.startswith("/gradio_api/upload"):  # uploads: Gradio's own --max-upload-mb
+            if _declared_length(scope) > EVENT_BODY_MAX:
+                await _answer(send, 413, b"request body too large")
+                return
+            receive = _capped_receive(receive, EVENT_BODY_MAX)
         await self.app(scope, receive, send)
+
+    def _header_refusal(self, scope) -> str | None:  # noqa: ANN001
+        """Why a request through the proxy names no user who may enter (None: it does)."""
+        wanted = self.access.config.trusted_header.lower().encode("latin-1")
+        names = [v for k, v in scope.get("headers", []) if k == wanted]
+        name = names[0].decode("utf-8", "replace").strip() if len(names) == 1 else ""
+        if len(names) > 1:
+            return f"the sign-in proxy sent {self.access.config.trusted_header} more than once"
+        if not name:
+            return f"the sign-in proxy named no user ({self.access.config.trusted_header})"
+        if self.access.book.active_role(name) is None:
+            return (
+                f"{name[:64]} has no enabled chexretrieve account: ask an administrator to add "
+                "it (chexretrieve users add NAME --role radiologist --sso-only)"
+            )
+        return None
+
+    def _client_of(self, scope, peer: str | None) -> str | None:  # noqa: ANN001
+        """The address sign-ins are counted under: the peer, or behind a trusted proxy
+        (``AccessConfig.trusted_proxies``) the last address its X-Forwarded-For names."""
+        if not self.access.config.is_trusted_proxy(peer):
+            return peer
+        for name, value in scope.get("headers", []):
+            if name == b"x-forwarded-for":
+                last = value.decode("latin-1").split(",")[-1].strip()
+                return last[:64] or peer
+        return peer
 
     def _server(self):  # noqa: ANN202
         return getattr(self.blocks, "server_app", None)
@@ -259,6 +299,33 @@ class AccessGuard:
             log.warning("failed sign-in for %r from %s (next wait %.0f s)", user, peer, waits)
 
 
+def _declared_length(scope) -> int:  # noqa: ANN001
+    for name, value in scope.get("headers", []):
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return EVENT_BODY_MAX + 1
+    return 0
+
+
+def _capped_receive(receive, limit: int):  # noqa: ANN001, ANN202
+    """``receive`` that ends the request (a disconnect) once its body passes ``limit`` bytes (a
+    chunked body declares no length)."""
+    seen = 0
+
+    async def capped():  # noqa: ANN202
+        nonlocal seen
+        message = await receive()
+        if message.get("type") == "http.request":
+            seen += len(message.get("body", b""))
+            if seen > limit:
+                return {"type": "http.disconnect"}
+        return message
+
+    return capped
+
+
 def _cookies(scope) -> dict[str, str]:  # noqa: ANN001
     found: dict[str, str] = {}
     for name, value in scope.get("headers", []):
@@ -267,6 +334,10 @@ def _cookies(scope) -> dict[str, str]:  # noqa: ANN001
                 key, _, val = part.strip().partition("=")
                 found.setdefault(key, val)
     return found
+
+
+#: headers of a plain-text refusal (never rendered as HTML: it may quote a header's value)
+_TEXT = [(b"content-type", b"text/plain; charset=utf-8"), (b"x-content-type-options", b"nosniff")]
 
 
 async def _answer(send, status: int, body: bytes, headers=()) -> None:  # noqa: ANN001

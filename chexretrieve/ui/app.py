@@ -13,7 +13,9 @@ import os
 
 import gradio as gr
 
+from chexretrieve.accounts.config import AccessConfig
 from chexretrieve.ui.access import AccessControl, AccessGuard
+from chexretrieve.ui.account_bar import build_account_bar
 from chexretrieve.ui.config import UIConfig
 from chexretrieve.ui.curation import CurationDesk, DraftDesk
 from chexretrieve.ui.curation_tab import build_curation_tab
@@ -39,6 +41,7 @@ def build_app(
             "<p>Prior chest radiographs that resemble a study with respect to one finding."
             "</p></div>"
         )
+        build_account_bar(app, lookup.access)
         with gr.Tabs():
             search = build_lookup_tab(app, lookup, config)
             build_curation_tab(app, curation, lookup, search)
@@ -103,14 +106,26 @@ def open_access(config: UIConfig, store) -> AccessControl:  # noqa: ANN001
     return AccessControl(config.sign_in, book, config.access)
 
 
+def sign_in_message(access: AccessConfig) -> str:
+    """The login form's text: what a wait after failed attempts looks like (Gradio's form shows
+    nothing for a throttled attempt, which the server answers 429)."""
+    return (
+        f"chexretrieve case lookup: sign in with your own account. After "
+        f"{access.user_free_failures} failed attempts each further one waits "
+        f"{access.first_delay_s:g} s, then twice as long (up to {access.max_delay_s / 60:g} min); "
+        "while it waits the form does nothing."
+    )
+
+
 def check_sign_in(config: UIConfig) -> None:
     """ValueError before anything is loaded when the sign-in of ``config`` has no account."""
     if config.sign_in == "none":
         return
     from chexretrieve.app.stores import resolve_read_store
-    from chexretrieve.store import open_store
+    from chexretrieve.store import StoreConfig, open_store
 
-    store = open_store(resolve_read_store(config.db_url))
+    url = resolve_read_store(config.db_url)  # read-only: serve never migrates or writes the store
+    store = open_store(config=StoreConfig(url=url, create_if_missing=False, read_only=True))
     try:
         open_access(config, store)
     finally:
@@ -147,42 +162,53 @@ def launch_app(app: gr.Blocks, config: UIConfig, block: bool = True, head: str |
     viewer = viewer_middleware(app, lookup, config, access) if lookup is not None else None
     if viewer is not None:  # the OHIF viewer and its DICOMweb endpoint (/viewer, /dicomweb)
         middleware.insert(1, viewer)
-    return app.launch(
-        app_kwargs={
-            "openapi_url": None,  # FastAPI's /openapi.json is served without the login
-            "middleware": middleware,
-        },
-        server_name=config.host,
-        server_port=config.port,
-        share=False,
-        auth=access.gradio_auth(),
-        auth_dependency=access.auth_dependency(),
-        ssl_certfile=str(config.ssl_certfile) if config.ssl_certfile else None,
-        ssl_keyfile=str(config.ssl_keyfile) if config.ssl_keyfile else None,
-        # only Gradio's probe of its own local URL at launch: a hospital CA's certificate is often
-        # not in the system's trust store (clients verify the certificate as usual)
-        ssl_verify=False,
-        auth_message="chexretrieve case lookup: sign in",
-        max_file_size=f"{config.max_upload_mb}mb",
-        allowed_paths=None,
-        prevent_thread_lock=not block,
-        show_error=False,
-        # Gradio's own banner would tell to "set share=True"; `serve` prints the address itself
-        quiet=True,
-        ssr_mode=False,
-        mcp_server=False,
-        pwa=False,
-        enable_monitoring=False,
-        footer_links=[],
-        theme=local_theme(),
-        css=CSS,
-        head=head,
-    )
+    # uvicorn would take X-Forwarded-For from any loopback peer as the client's address (its
+    # FORWARDED_ALLOW_IPS default): then a local user could pose as the SSO proxy, or dodge the
+    # sign-in throttle. It believes no one; AccessGuard alone decides whom to believe.
+    saved_forwarded = os.environ.get("FORWARDED_ALLOW_IPS")
+    os.environ["FORWARDED_ALLOW_IPS"] = ""
+    try:
+        return app.launch(
+            app_kwargs={
+                "openapi_url": None,  # FastAPI's /openapi.json is served without the login
+                "middleware": middleware,
+            },
+            server_name=config.host,
+            server_port=config.port,
+            share=False,
+            auth=access.gradio_auth(),
+            auth_dependency=access.auth_dependency(),
+            ssl_certfile=str(config.ssl_certfile) if config.ssl_certfile else None,
+            ssl_keyfile=str(config.ssl_keyfile) if config.ssl_keyfile else None,
+            # only Gradio's probe of its own local URL at launch: a hospital CA's certificate is
+            # often not in the system's trust store (clients verify the certificate as usual)
+            ssl_verify=False,
+            auth_message=sign_in_message(access.config),
+            max_file_size=f"{config.max_upload_mb}mb",
+            allowed_paths=None,
+            prevent_thread_lock=not block,
+            show_error=False,
+            # Gradio's own banner would tell to "set share=True"; `serve` prints the address itself
+            quiet=True,
+            ssr_mode=False,
+            mcp_server=False,
+            pwa=False,
+            enable_monitoring=False,
+            footer_links=[],
+            theme=local_theme(),
+            css=CSS,
+            head=head,
+        )
+    finally:
+        if saved_forwarded is None:
+            os.environ.pop("FORWARDED_ALLOW_IPS", None)
+        else:
+            os.environ["FORWARDED_ALLOW_IPS"] = saved_forwarded
 
 
 def serve_app(config: UIConfig) -> None:
     """Open the archive and serve the UI until interrupted (blocks). On an archive with no cases
-    yet, a page saying to run ingest is served until they arrive (chexretrieve.ui.waiting). With
+    yet, a page saying to run ingest is served until they arrive (chexretrieve.ui.waiting); with
     ``config.warm_up`` the geometries are fitted in the background meanwhile
     (chexretrieve.search.warmup)."""
     from chexretrieve.app import ArchiveEmptyError
@@ -198,7 +224,10 @@ def serve_app(config: UIConfig) -> None:
         store, encoder = empty.store, empty.encoder
 
         def build() -> gr.Blocks:
-            return build_app(*open_case_lookup(config, store, encoder), config)
+            lookup, curation = open_case_lookup(config, store, encoder)
+            if config.warm_up:
+                start_ui_warm_up(lookup, config)
+            return build_app(lookup, curation, config)
 
         def launch_waiting(page: gr.Blocks, *args, **kwargs):  # noqa: ANN002, ANN003, ANN202
             # the waiting page signs in as the case lookup will: same accounts, same route guard

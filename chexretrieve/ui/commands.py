@@ -10,8 +10,8 @@ import typer
 LOGIN_MOVED = (
     "--login (one shared password) was replaced by per-user accounts: add each person with "
     "`chexretrieve users add NAME --role radiologist|curator|admin`, then run "
-    "`chexretrieve serve --accounts`; $CHEXRETRIEVE_UI_PASSWORD is no longer read "
-    "(see docs/accounts-and-access.md)"
+    "`chexretrieve serve --accounts` (containers: `users add NAME --role admin --password-env "
+    "CHEXRETRIEVE_UI_PASSWORD --exists-ok` first; see docs/accounts-and-access.md)"
 )
 
 
@@ -40,7 +40,8 @@ def serve_command(
     trusted_proxy: list[str] = typer.Option(
         [],
         "--trusted-proxy",
-        help="Address or CIDR of the SSO proxy whose header is believed (repeatable).",
+        help="Address or CIDR of a reverse proxy (repeatable): its --trusted-header is believed, "
+        "and with --accounts its X-Forwarded-For names the client.",
     ),
     ssl_certfile: Path | None = typer.Option(
         None, "--ssl-certfile", help="TLS certificate (PEM): serve HTTPS."

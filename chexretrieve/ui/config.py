@@ -76,9 +76,6 @@ class UIConfig:
     # ranking index for galleries of 500,000 images or more: "none" (exact), "exact", "hnsw", "ivf"
     # (SearchConfig.index_kind; built on the first search of each geometry)
     index_kind: str = "none"
-    # fit and cache every geometry of the opening finding (then the default geometry of the
-    # others) in a background thread at start, so no first search waits for a fit
-    warm_up: bool = True
     # the installed OHIF Viewer's dist/ folder served under /viewer; None = the one `make setup`
     # installs (<venv>/ohif/3.13.2/dist), and no viewer links when it is not installed
     ohif_dir: Path | None = None
@@ -86,6 +83,9 @@ class UIConfig:
     # read-only /dicomweb endpoint (searched studies only, audited, de-identified unless PHI may
     # be shown)
     dicomweb_url: str | None = None
+    # fit and cache every geometry of the opening finding (then the default geometry of the
+    # others) in a background thread at start, so no first search waits for a fit
+    warm_up: bool = True
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:

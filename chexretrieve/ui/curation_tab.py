@@ -6,6 +6,7 @@ from __future__ import annotations
 import gradio as gr
 
 from chexretrieve.findings import FINDINGS, canonical_finding
+from chexretrieve.ui.account_bar import role_note
 from chexretrieve.ui.curation import CurationDesk, sentences_html, set_as_text
 from chexretrieve.ui.events import PRIVATE, attempt, who
 from chexretrieve.ui.handlers import CaseLookup
@@ -120,23 +121,11 @@ def build_curation_tab(
     def impact(key, text):
         """The edit in the box (saved as a draft or not) against the version it was edited from;
         an unchanged box measures the selected version against the one before it."""
-
-        def act():
-            capped_edit(key, text)
-            return curation.draft_impact(key, text)
-
-        return attempt(act, problem)
-
-    def capped_edit(key, text, description=""):
-        capped(key, "the anchor set", MAX_ANCHOR_KEY)
-        capped(text, "the edited anchor set", MAX_CURATION_TEXT)
-        capped(description, "the description", MAX_DESCRIPTION)
+        return attempt(lambda: curation.draft_impact(key, text), problem)
 
     def save_draft(key, text, description, request: gr.Request):
-        """Anyone may save a draft (searches never read it); publishing needs a curator."""
-
         def act():
-            capped_edit(key, text, description)
+            lookup.access.require(request, "edit_anchor_sets")  # on the server, from the user
             draft, problems = curation.save_draft(key, text, description, who(request))
             status = (
                 f"Draft of **{esc(draft.set_id)}** saved (edited from {esc(draft.base)}); searches "
@@ -161,8 +150,7 @@ def build_curation_tab(
 
     def publish(key, text, description, search_finding, request: gr.Request):
         def act():
-            lookup.access.require(request, "edit_anchor_sets")  # the curator role, server-side
-            capped_edit(key, text, description)
+            lookup.access.require(request, "edit_anchor_sets")  # the curator role, checked here
             saved = curation.publish(key, text, description, who(request))
             return published(saved, search_finding, "Published")
 
@@ -171,7 +159,6 @@ def build_curation_tab(
     def revert(key, search_finding, request: gr.Request):
         def act():
             lookup.access.require(request, "edit_anchor_sets")
-            capped(key, "the anchor set", MAX_ANCHOR_KEY)
             return published(curation.revert(key, who(request)), search_finding, "Reverted:")
 
         return attempt(act, lambda t: (gr.skip(), problem(t), gr.skip(), gr.skip()))
@@ -194,14 +181,35 @@ def build_curation_tab(
                                 problem), cur_set, impact_md, **PRIVATE,
         )  # fmt: skip
 
-    def page_loaded(fnd):
-        """The sets as they are now: a version saved before a reload is listed and shown."""
+    def page_loaded(fnd, request: gr.Request):
+        """The sets as they are now: a version saved before a reload is listed and shown. A user
+        whose role may not save sees the button disabled and why (the handler refuses anyway)."""
+        note = role_note(lookup.access, request, "edit_anchor_sets")
+        button = gr.update(interactive=note is None)
 
         def act():
             keys = curation.set_choices(fnd)
             key = keys[0] if keys else None
-            return (gr.update(choices=keys, value=key), *show_set(key))
+            table, edit, report, status = show_set(key)
+            if note is not None:
+                status = note
+            return (gr.update(choices=keys, value=key), table, edit, report, status, button,
+                    button, button)  # fmt: skip
 
-        return attempt(act, lambda t: (gr.skip(), gr.skip(), gr.skip(), gr.skip(), problem(t)))
+        return attempt(
+            act,
+            lambda t: (
+                gr.skip(),
+                gr.skip(),
+                gr.skip(),
+                gr.skip(),
+                problem(t),
+                button,
+                button,
+                button,
+            ),  # fmt: skip
+        )
 
-    app.load(page_loaded, cur_finding, [cur_set, *shown], **PRIVATE)
+    # save (a draft), publish and revert: all three are the curator's (disabled, with the reason)
+    app.load(page_loaded, cur_finding, [cur_set, *shown, save_btn, publish_btn, revert_btn],
+             **PRIVATE)  # fmt: skip

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from chexretrieve.findings import FINDINGS, NOT_MENTIONED
+from chexretrieve.findings import FINDINGS
 from chexretrieve.geometry import GEOMETRIES, geometry_name
-from chexretrieve.ui.case_picker import PICKER_CHOICES
+from chexretrieve.ui.case_picker import PICKER_CHOICES, STATUS_WORDS
 from chexretrieve.ui.compare import CompareViewer
 from chexretrieve.ui.config import UIConfig
 from chexretrieve.ui.events import PRIVATE, attempt, who
@@ -97,8 +97,7 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
                             min_width=120,
                         )
                         pick_status = gr.Dropdown(
-                            # one word for a label not mentioned (issue 24)
-                            [(NOT_MENTIONED if c == "blank" else c, c) for c in PICKER_CHOICES],
+                            [(STATUS_WORDS.get(s, s), s) for s in PICKER_CHOICES],
                             value="any",
                             label="Label of the finding",
                             elem_id="pick-status",
@@ -501,11 +500,12 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
             info = "" if got.uses_anchors else COSINE_NOTE
             usable = {"interactive": got.uses_anchors, "info": info}
             w = got.wanted
-            found = lookup.case_page(None, got.finding, None, 0, user=who(request))
-            listed = gr.update(choices=found.choices, value=None, info=found.summary)
 
             def value(v):
                 return gr.skip() if v is None else gr.update(value=v)
+
+            found = lookup.case_page(None, got.finding, None, 0, user=who(request))
+            listed = gr.update(choices=found.choices, value=None, info=found.summary)
 
             return (
                 gr.update(choices=got.anchor_choices, value=got.anchor_set, **usable), "",

@@ -107,6 +107,7 @@ table.cx-result-table td.cx-report {white-space: normal; min-width: 14rem; font-
 .cx-window-readout {font-size: 0.82rem; margin: 0; font-variant-numeric: tabular-nums}
 .cx-sides {display: grid; grid-template-columns: 1fr 1fr; gap: 1rem}
 .cx-lookup .cx-query-panel {min-width: 300px}
+.cx-account {text-align: right; font-size: 0.85rem; margin: -0.5rem 0 0}
 .cx-query-preview {height: 260px; background: #000; border-radius: 4px; display: flex;
   align-items: center; justify-content: center; overflow: hidden}
 .cx-query-empty {background: var(--background-fill-secondary)}

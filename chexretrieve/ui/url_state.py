@@ -127,12 +127,11 @@ def settings_from_url(params: Mapping[str, object] | None) -> UrlSettings:
 def with_url(html: str, url: str) -> str:
     """The results' HTML with the address of its search on its root element."""
     marker = "<div class='cx-results'"
-    at = html.find(marker)  # after a banner above the results, if any
+    at = html.find(marker)  # a notice (the archive-density line) may come before the results
     if at < 0:
         return html
     quoted = urllib.parse.quote(url, safe="?&=+%:@,;/")
-    end = at + len(marker)
-    return f"{html[:at]}{marker} data-url='{quoted}'{html[end:]}"
+    return html[:at] + f"{marker} data-url='{quoted}'" + html[at + len(marker) :]
 
 
 #: the age widgets' values when the address leaves the ages open

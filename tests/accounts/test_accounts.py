@@ -134,6 +134,15 @@ def test_users_commands_read_passwords_from_stdin_never_argv(tmp_path):
     book.enable("ana")
     assert book.authenticate("ana", "a-new-long-password") is not None
     store.close()
+    env = runner.invoke(app, ["users", "add", "dee", "--role", "admin", "--password-env",
+                              "ADMIN_PW", "--db", url], env={"ADMIN_PW": GOOD})  # fmt: skip
+    assert env.exit_code == 0, env.output
+    again = runner.invoke(app, ["users", "add", "dee", "--password-env", "ADMIN_PW",
+                                "--exists-ok", "--db", url], env={"ADMIN_PW": ""})  # fmt: skip
+    assert again.exit_code == 0 and "left as it is" in again.output
+    unset = runner.invoke(app, ["users", "add", "eli", "--password-env", "NO_SUCH_VAR_X",
+                                "--db", url])  # fmt: skip
+    assert unset.exit_code == 2 and "empty or unset" in unset.output
     help_text = runner.invoke(app, ["users", "add", "--help"]).output
     assert "--password " not in help_text  # no option takes the password itself
 

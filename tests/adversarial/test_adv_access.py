@@ -99,8 +99,7 @@ def _save_request(session, world):  # noqa: ANN001, ANN202
     key = srv.component_props(session, "cur-set")["value"]
     text = set_as_text(CurationDesk(anchors_dir=world["anchors"]).get(key))
     text += "\n+ a forged sentence about a large effusion\n"
-    # publishing writes a version (issue 24: "Save draft" writes only a draft, which no search
-    # reads; publishing is the curator's action)
+    # publishing writes the next version (a saved draft does not change what searches use)
     return srv.fn_index(session, "cur-publish", "click"), [key, text, "forged", "Pleural Effusion"]
 
 
@@ -127,6 +126,21 @@ def test_saving_an_anchor_version_needs_the_curator_role_on_the_server(site, wor
     cases.check("a curator's save is written (the refusal is the role's)",
                 status_cur == 200 and len(written) == 1, str(written))  # fmt: skip
     assert refused and unchanged and status_anon in (401, 403) and len(written) == 1
+
+
+def test_drafts_and_reverts_need_the_curator_role_on_the_server(site, world, cases):
+    """The draft and revert events joined through the queue as a radiologist are refused by the
+    handler with the role they need (the page's disabled buttons are not trusted)."""
+    rad = srv.client(site["base"], "rad")
+    key = srv.component_props(rad, "cur-set")["value"]
+    text = set_as_text(CurationDesk(anchors_dir=world["anchors"]).get(key)) + "\n+ more fluid\n"
+    draft = srv.call(rad, srv.fn_index(rad, "cur-save", "click"), [key, text, "forged"])
+    revert = srv.call(rad, srv.fn_index(rad, "cur-revert", "click"), [key, "Pleural Effusion"])
+    for name, (status, message) in (("draft", draft), ("revert", revert)):
+        refused = status == 200 and "needs the curator role" in srv.answer_text(message)
+        cases.check(f"a radiologist's {name} is refused with the role it needs", refused,
+                    srv.answer_text(message)[:200])  # fmt: skip
+        assert refused
 
 
 def test_wrong_passwords_are_throttled_per_user_and_per_client(site, cases):
@@ -160,6 +174,36 @@ def test_wrong_passwords_are_throttled_per_user_and_per_client(site, cases):
         assert checked <= access.config.user_free_failures + 1 and right.status_code == 429
     finally:
         access.throttle = LoginThrottle(access.config)
+
+
+def test_behind_a_trusted_proxy_failures_count_per_forwarded_client(site, cases):
+    """X-Forwarded-For names the client only when the peer is a named proxy; from anyone else
+    it is ignored (forging it does not dodge the per-client count)."""
+    access = site["access"]
+    config = access.config
+    session = srv.client(site["base"])
+
+    def fail(forwarded: str, n: int) -> list[int]:
+        return [session.post("login", headers={"X-Forwarded-For": forwarded},
+                             data={"username": f"{forwarded}-{i}", "password": "x" * 12}
+                             ).status_code for i in range(n)]  # fmt: skip
+
+    try:
+        access.throttle = LoginThrottle(config)
+        forged = fail("10.0.0.1", 25) + fail("10.0.0.2", 3)  # peer 127.0.0.1 is no proxy
+        ignored = forged[-3:] == [429] * 3
+        access.config = AccessConfig(trusted_proxies=("127.0.0.1",))
+        access.throttle = LoginThrottle(access.config)
+        first, second = fail("10.0.0.1", 25), fail("10.0.0.2", 3)
+        counted = 429 in first and second == [400] * 3
+        cases.check("X-Forwarded-For from a client that is no proxy: ignored", ignored,
+                    str(forged[-4:]))  # fmt: skip
+        cases.check("behind the named proxy: failures counted per forwarded client", counted,
+                    f"{first.count(429)} {second}")  # fmt: skip
+        assert ignored and counted
+    finally:
+        access.config = config
+        access.throttle = LoginThrottle(config)
 
 
 def test_the_audit_names_each_signed_in_user(site, world, cases):
@@ -222,11 +266,27 @@ def test_the_sso_header_is_believed_only_from_the_proxy(world, cases, trusted):
         named = session.get("config", headers={"X-Remote-User": "adm"})
         unknown = session.get("config", headers={"X-Remote-User": "mallory"})
         bare = session.get("config")
+        # a local client posing as the proxy by X-Forwarded-For (uvicorn's default believes it)
+        posing = session.get("config", headers={"X-Remote-User": "adm",
+                                                "X-Forwarded-For": "10.254.0.1"})  # fmt: skip
         if trusted:
             ok = (named.status_code, unknown.status_code, bare.status_code) == (200, 401, 401)
+            ok = ok and "mallory has no enabled chexretrieve account" in unknown.text
+            ok = ok and unknown.headers["content-type"].startswith("text/plain")
+            # the proxy's user is the audit's user and the page's
+            session.headers["X-Remote-User"] = "adm"
+            status, _ = srv.call(session, srv.fn_index(session, "load-case", "click"),
+                                 ["4", "Pleural Effusion"])  # fmt: skip
+            audited = [json.loads(line) for line in world["audit"].read_text().splitlines()]
+            ok = (
+                ok
+                and status == 200
+                and any(r["user"] == "adm" and r.get("image") == 4 for r in audited)
+            )
         else:
-            ok = {named.status_code, unknown.status_code, bare.status_code} == {401}
-        codes = f"{named.status_code} {unknown.status_code} {bare.status_code}"
+            ok = {named.status_code, unknown.status_code, bare.status_code,
+                  posing.status_code} == {401}  # fmt: skip
+        codes = f"{named.status_code} {unknown.status_code} {bare.status_code} {posing.status_code}"
         cases.check(f"SSO header from {'the' if trusted else 'another'} address", ok, codes)
         assert ok
     finally:

@@ -264,3 +264,25 @@ def test_export_command(trail, tmp_path, cases):
     for name, ok in checks.items():
         cases.check(f"export: {name}", ok, by_user.stderr[-300:] + by_time.stderr[-300:])
     assert all(checks.values()), (checks, by_user.stderr, by_time.stderr, damaged.stderr)
+
+
+def test_an_old_trail_ending_in_a_cut_record_is_not_continued(tmp_path, cases):
+    """What the full-disk bug left behind: the writer refuses it rather than chain onto it."""
+    path = tmp_path / "old.jsonl"
+    _legacy_trail(path, n=3)
+    path.write_bytes(path.read_bytes()[:-20])  # the last record cut, no newline
+    before = path.read_bytes()
+    try:
+        AuditLog(path, key_path=tmp_path / "k.key").view("dr.a", 1, "1.2", what="details")
+        refused = ""
+    except ValueError as exc:
+        refused = str(exc)
+    report = check_audit_file(path, tmp_path / "k.key")
+    ok = (
+        "incomplete record" in refused
+        and "refused" in refused
+        and path.read_bytes() == before
+        and report.first_bad_line == 3
+    )
+    cases.check("an old trail with a cut last record: refused, untouched, named", ok, refused)
+    assert ok, (refused, report.problems)

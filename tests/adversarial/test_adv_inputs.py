@@ -168,3 +168,27 @@ def test_oversized_text_and_bad_numbers_are_refused_before_any_work(site, world,
     cases.check(f"{what}: the audit never carries it", clean, f"grew {grown} bytes")
     cases.check(f"{what}: the server answers afterwards", alive)
     assert refused and clean and alive
+
+
+def test_a_request_body_beyond_16_mib_is_not_read(site, cases):
+    """Any event body over 16 MiB (declared or streamed) ends with 413 or a closed request,
+    never read into memory; the server answers the next action."""
+    rad = srv.client(site["base"], "rad")
+    declared = rad.post("gradio_api/queue/join", content=b"{" + b" " * (17 * 1024 * 1024) + b"}",
+                        headers={"Content-Type": "application/json"})  # fmt: skip
+
+    def chunks():  # no Content-Length: counted while it streams
+        for _ in range(40):
+            yield b" " * (1024 * 1024)
+
+    try:
+        streamed = rad.post("gradio_api/queue/join", content=chunks(),
+                            headers={"Content-Type": "application/json"}).status_code  # fmt: skip
+    except srv.httpx.HTTPError as exc:  # the server may close the connection instead
+        streamed = type(exc).__name__
+    alive = _load(rad, "1")[0] == 200
+    cases.check("a declared 17 MiB event body: 413", declared.status_code == 413,
+                str(declared.status_code))  # fmt: skip
+    cases.check("a streamed 40 MiB event body: refused", streamed != 200, str(streamed))
+    cases.check("the server answers afterwards", alive)
+    assert declared.status_code == 413 and streamed != 200 and alive

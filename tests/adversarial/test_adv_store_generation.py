@@ -132,3 +132,25 @@ def test_the_revision_is_read_once_per_search_and_an_unchanged_archive_is_not_re
     cases.check("one revision query per search; reload only when it moved", ok, f"{loads} {reads}")
     store.close()
     assert ok, (loads, reads)
+
+
+def test_an_unreadable_revision_refuses_the_search_in_one_line(tmp_path, cases):
+    write_archive(tmp_path / "a", 8, size=32)
+    store = open_store(f"sqlite:///{tmp_path / 'store.sqlite'}")
+    ingest_paths([tmp_path / "a"], store, StandInEncoder(dim=32), IngestConfig(workers=0))
+    service = _service(store, tmp_path / "features")
+    case = int(service.gallery.image_ids[0])
+
+    def unreachable() -> int:
+        raise ConnectionError("server closed the connection unexpectedly")
+
+    service._revision = unreachable
+    try:
+        service.search(SearchRequest(finding="Edema", case_id=case, top_k=3))
+        message = ""
+    except ValueError as exc:
+        message = str(exc)
+    ok = "revision" in message and "refused" in message and "\n" not in message
+    cases.check("database gone: the search is refused, not answered stale", ok, message)
+    store.close()
+    assert ok, message

@@ -317,3 +317,33 @@ def test_a_failed_background_fit_is_reported_not_retried_on_every_search(tmp_pat
     again = provider.assess(CENTRES[0], gallery)
     assert isinstance(out, DensityUnavailable) and "MemoryError" in out.note
     assert "chexretrieve density fit" in again.note and calls == [1]
+
+
+def test_the_gaussian_ood_model_flags_saves_and_reloads(tmp_path, monkeypatch):
+    from chexretrieve.geometry.density_baselines import GaussianDensity
+
+    gallery = _gallery()
+    provider = _provider(tmp_path, ood_model="gaussian")
+    far = _unit(np.eye(D)[5] + 0.05)
+    out = provider.assess(far, gallery)
+    assert out.ood and out.ood_model == "gaussian" and out.percentile == 0.0
+    expected = GaussianDensity.fit(gallery.embeddings).log_density(far[None, :])[0]
+    assert out.log_density == pytest.approx(expected, rel=1e-6)  # float32 rows renormalised
+    assert not provider.assess(gallery.embeddings[3], gallery).ood
+    again = _provider(tmp_path, ood_model="gaussian")
+    monkeypatch.setattr(again, "fit", lambda g: pytest.fail("a saved current fit was refitted"))
+    reloaded = again.assess(far, gallery)
+    assert reloaded.log_density == pytest.approx(out.log_density) and reloaded.ood
+    assert reloaded.concepts  # the decomposition stays the mixture's
+    with pytest.raises(ValueError, match="unknown OOD model"):
+        DensityConfig(ood_model="flow")
+
+
+def test_a_fit_made_under_other_settings_is_not_reused(tmp_path):
+    gallery = _gallery()
+    first = _provider(tmp_path).assess(CENTRES[0], gallery)
+    assert first.ood_model == "movmf"
+    switched = _provider(tmp_path, ood_model="gaussian").assess(CENTRES[0], gallery)
+    assert switched.ood_model == "gaussian" and not switched.stale
+    back = _provider(tmp_path).assess(CENTRES[0], gallery)  # refitted again, not the gaussian one
+    assert back.ood_model == "movmf"

@@ -17,10 +17,13 @@ from test_ui_browser import (
     CHROMIUM_ARGS,
     REPO,
     TIMEOUT_MS,
+    _choose,
     _launch,
+    _open_options,
     _results_html,
     _shot,
     _wait_results_change,
+    _wait_text,
     require_binary,
 )
 
@@ -93,6 +96,7 @@ def page(world):
     from playwright.sync_api import sync_playwright
 
     app, url = _launch(world)
+    world["lookup"] = app.case_lookup
     try:
         with sync_playwright() as p:
             chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
@@ -133,3 +137,16 @@ def test_an_extremity_upload_is_flagged_unlike_the_archive_and_audited(page, wor
     searches = [r for r in records if r["action"] == "search"]
     assert searches[0]["density"]["ood"] is False and "case" in searches[0]["query"]
     assert searches[-1]["density"]["ood"] is True and "upload_sha256" in searches[-1]["query"]
+
+
+def test_the_picker_lists_rare_cases_first(page, world):
+    page.click("#browse button.label-wrap, #browse > button")
+    _wait_text(page, "#browse", "of 40")
+    _choose(page, "#pick-status", "rare cases first")
+    _wait_text(page, "#browse", "rarest first (lowest archive density)")
+    options = _open_options(page, "#case-pick")
+    page.keyboard.press("Escape")
+    shown = [int(o.split(" ")[1]) for o in options]
+    density = world["lookup"].service.density.held()
+    assert shown == density.rarity_order()[: len(shown)].tolist()
+    _shot(page, "density-rare-cases-first")

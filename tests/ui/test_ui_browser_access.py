@@ -1,0 +1,50 @@
+"""Signed-in people in a real browser: who is signed in is shown, and what their role may not do
+is disabled on the page (the server refuses it anyway: tests/adversarial/test_adv_access.py)."""
+
+from __future__ import annotations
+
+import pytest
+import test_ui_browser as base
+from test_ui_browser import CASE_ID, TIMEOUT_MS, _launch, _wait_text
+
+world, browser = base.world, base.browser
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.slow,
+    pytest.mark.filterwarnings("ignore:The copy keyword is deprecated"),
+    pytest.mark.filterwarnings("ignore:'future.no_silent_downcasting' is deprecated"),
+]
+USERS = [("rita", "radiologist", "rita-password-long"), ("carl", "curator", "carl-password-long")]
+
+
+def test_the_page_names_the_user_and_disables_what_the_role_may_not_do(world, browser):
+    app, url = _launch(world, users=USERS)
+    try:
+        for name, role, password in USERS:
+            context = browser.new_context(viewport={"width": 1400, "height": 900})
+            page = context.new_page()
+            page.set_default_timeout(TIMEOUT_MS)
+            page.goto(url)
+            page.fill("input[type=text]", name)
+            page.fill("input[type=password]", password)
+            page.click("button:has-text('Login')")
+            page.wait_for_selector(CASE_ID)
+            bar = _wait_text(page, "#account-bar", "Signed in as")
+            assert f"Signed in as {name} · {role} · Sign out" in bar
+            page.get_by_role("tab", name="Curation").click()
+            _wait_text(page, "#cur-table", "@1")  # the curation tab's page load has run
+            if role == "radiologist":
+                note = _wait_text(page, "#cur-status", "needs the curator role")
+                assert "you are signed in as radiologist" in note
+                for button in ("#cur-save", "#cur-publish", "#cur-revert"):
+                    page.wait_for_function(f"() => document.querySelector('{button}').disabled")
+            else:
+                for button in ("#cur-save", "#cur-publish", "#cur-revert"):
+                    assert not page.locator(button).is_disabled()
+                assert "needs the curator role" not in page.inner_text("#cur-status")
+            page.get_by_text("Sign out").click()
+            page.wait_for_selector("input[type=password]")
+            context.close()
+    finally:
+        app.close(verbose=False)
