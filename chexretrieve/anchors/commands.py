@@ -425,7 +425,8 @@ def _render_impact(report) -> None:
     console.print(
         f"[bold]{report.finding}[/] {report.before} -> {report.after} ({report.geometry}): "
         f"AUPRC {report.auprc_before:.4f} -> {report.auprc_after:.4f} "
-        f"([{colour}]{report.delta:+.4f}[/]); cosine {report.auprc_cosine:.4f}; "
+        f"([{colour}]{report.delta:+.4f}[/], 95 % interval {report.delta_low:+.4f} to "
+        f"{report.delta_high:+.4f}); cosine {report.auprc_cosine:.4f}; "
         f"{report.n_queries} queries, {report.n_keys} keys ({report.n_relevant_keys} relevant); "
         f"mean top-{report.top_k} overlap {report.mean_overlap:.2f}"
     )

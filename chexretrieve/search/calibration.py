@@ -21,6 +21,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
+#: most (query, gallery row) scores one calibration computes: on large archives fewer queries are
+#: sampled (at least ``MIN_QUERIES``), so a first search never scans the gallery 200 times over
+ROW_BUDGET = 20_000_000
+MIN_QUERIES = 20
+
+
+def queries_for(gallery_rows: int, wanted: int) -> int:
+    """How many archived queries a calibration samples on a gallery of ``gallery_rows``."""
+    affordable = ROW_BUDGET // max(1, gallery_rows)
+    return max(min(wanted, MIN_QUERIES), min(wanted, affordable))
+
 
 def isotonic_decreasing(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """The weighted least-squares non-increasing fit of ``values`` (pool adjacent violators)."""
@@ -77,6 +88,7 @@ def calibrate(
     if len(known) < 10:
         return None
     rng = np.random.default_rng(seed)
+    n_queries = queries_for(len(image_ids), n_queries)
     picked = rng.choice(known, size=min(n_queries, len(known)), replace=False)
     same = np.zeros(top_k)
     counted = np.zeros(top_k)

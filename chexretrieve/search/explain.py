@@ -179,3 +179,17 @@ def without_other_side(explanation: Explanation, side: str | None, top: int) -> 
         differing=keep(explanation.differing),
         left_out_side=other,
     )
+
+
+def report_side(report: str | None, finding: str) -> str | None:
+    """ "left" or "right" when the report's sentences about the finding name that side only."""
+    from chexretrieve.anchors.topics import mentions_finding
+
+    if not report:
+        return None
+    sides = {
+        sentence_side(sentence)
+        for sentence in report.replace("?", ".").split(".")
+        if sentence.strip() and mentions_finding(sentence, finding)
+    } - {None}
+    return next(iter(sides)) if len(sides) == 1 and sides <= {"left", "right"} else None

@@ -21,6 +21,7 @@ import numpy as np
 from chexretrieve.findings import canonical_finding
 from chexretrieve.geometry import geometry_name
 from chexretrieve.search.duplicates import content_signature
+from chexretrieve.search.explain import report_side
 from chexretrieve.search.gallery import SearchFilters
 from chexretrieve.search.service import SearchRequest, SearchResult
 from chexretrieve.ui.access import AccessControl
@@ -60,21 +61,6 @@ from chexretrieve.ui.upload_errors import upload_message
 #: the age range the filter widgets start at; a bound left at its end means "no bound" (so cases
 #: of unknown age are kept until the user narrows the range)
 AGE_ANY = (0, 120)
-
-
-def report_side(report: str | None, finding: str) -> str | None:
-    """ "left" or "right" when the report's sentences about the finding name that side only."""
-    from chexretrieve.anchors.topics import mentions_finding
-    from chexretrieve.search.explain import sentence_side
-
-    if not report:
-        return None
-    sides = {
-        sentence_side(sentence)
-        for sentence in report.replace("?", ".").split(".")
-        if sentence.strip() and mentions_finding(sentence, finding)
-    } - {None}
-    return next(iter(sides)) if len(sides) == 1 and sides <= {"left", "right"} else None
 
 
 #: what marking a result does, said under the feedback buttons
@@ -587,6 +573,8 @@ class CaseLookup(ArchiveThumbnails):
                 query.case_id is not None) else None  # fmt: skip
             links = self.viewer_links(user, query_study, [
                 (h.image_id, h.metadata.get("study_uid")) for h in result.hits])  # fmt: skip
+        if hasattr(result.density, "log_density"):
+            note = ""  # the archive density's own typicality line says it (density_banner)
         html = results_html(list(rows), title, finding, legend, selected, relevant, not_relevant,
                             shown_baseline, next(self._serials), links, note)  # fmt: skip
         html = density_banner_html(result.density) + html  # OOD warning / typicality line

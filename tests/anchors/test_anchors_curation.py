@@ -230,6 +230,14 @@ def test_cli_embed_and_impact_with_a_real_store(tmp_path, store, monkeypatch) ->
     data = json.loads(result.output)
     assert data["before"] == "pleural_effusion.a@1" and data["after"] == "pleural_effusion.a@2"
     assert data["n_queries"] > 0 and len(data["most_changed"][0]["top_before"]) == 5
+    assert data["delta_low"] <= data["delta"] <= data["delta_high"]  # its 95 % interval
+    shown = runner.invoke(
+        app,
+        ["anchors", "impact", "pleural_effusion.a@1", "pleural_effusion.a@2", "--root",
+         str(root), "--top-k", "5"],
+        env={"COLUMNS": "200"},
+    )  # fmt: skip
+    assert shown.exit_code == 0 and "95 % interval" in shown.output
     result = runner.invoke(
         app,
         [

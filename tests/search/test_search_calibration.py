@@ -56,3 +56,12 @@ def test_a_ranking_by_status_is_sure_and_a_random_one_is_at_chance() -> None:
     assert abs(np.mean(chance.probabilities) - chance.chance) < 0.1
     assert -1.0 <= chance.nearest_low <= 1.0
     assert calibrate(random, ids[:5], labels[:5], embeddings[:5], 3, 5) is None  # too few labels
+
+
+def test_large_archives_sample_fewer_calibration_queries() -> None:
+    from chexretrieve.search.calibration import queries_for
+
+    assert queries_for(3_000, 200) == 200
+    assert queries_for(1_000_000, 200) == 20
+    assert queries_for(200_000, 200) == 100
+    assert queries_for(1_000_000, 10) == 10

@@ -32,3 +32,21 @@ def test_the_background_warm_up_stops_when_asked_and_never_raises(tmp_path) -> N
     assert not thread.is_alive()  # the unknown geometry was logged and skipped
     stop.set()
     assert warm_up(service, FINDING, ["softmax"], 5, stop=stop) == {}
+
+
+def test_the_ui_warm_up_covers_every_geometry_of_the_opening_finding(tmp_path) -> None:
+    from chexretrieve.geometry import GEOMETRIES
+    from chexretrieve.ui.app import start_ui_warm_up
+    from chexretrieve.ui.config import UIConfig
+    from chexretrieve.ui.handlers import CaseLookup, SearchSettings
+
+    lookup = CaseLookup(make_service(tmp_path), thumbnail_px=32, case_page_size=10)
+    thread, _ = start_ui_warm_up(lookup, UIConfig(top_k=5))
+    thread.join(timeout=300)
+    assert not thread.is_alive()
+    service = lookup.service
+    computed = service.cache.computed
+    query = lookup.load_case(2)
+    for geometry in GEOMETRIES:  # the page's first search under any geometry fits nothing
+        lookup.search(query, SearchSettings(FINDING, geometry.name, top_k=5))
+    assert service.cache.computed == computed
