@@ -6,7 +6,7 @@
 # phantom-v3, 21.0 for v2). Same world, encoder, anchor draws and bootstrap seed as the report.
 # Usage, from the checkout:  eval/make_phantom_budget_supplement.sh [REPORT]   (PYTHON=... to pick)
 set -eu
-REPORT="${1:-eval/reports/phantom-2026-12-02}"
+REPORT="${1:-eval/reports/phantom-2026-12-04}"
 for INV_T in 2 100; do
   "${PYTHON:-.venv/bin/python}" -m chexretrieve eval retrieval \
       --out "$REPORT/supplement-budget-inv-t-$INV_T" \
