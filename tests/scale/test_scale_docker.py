@@ -182,8 +182,14 @@ def test_compose_commands_are_chexretrieve_commands():
     for name, service in services.items():
         if not str(service.get("image", "")).startswith("chexretrieve:"):
             continue
-        command = [re.sub(r"\$\{[^}]*\}", "value", word) for word in service["command"]]
-        check_chexretrieve_call(command, f"compose service {name}")
+        words = [re.sub(r"\$\{[^}]*\}", "value", word) for word in service["command"]]
+        if service.get("entrypoint") == ["/bin/sh", "-c"]:  # a script: check every call in it
+            calls = re.findall(r"(?:^|[;&|]|\buntil|\bexec)\s*chexretrieve\s+([^;&|]+)", words[0])
+            assert calls, f"compose service {name}: its script calls no chexretrieve command"
+            for call in calls:
+                check_chexretrieve_call(shlex.split(call), f"compose service {name}")
+            continue
+        check_chexretrieve_call(words, f"compose service {name}")
     assert services["ingest"]["command"][:2] == ["ingest", "--dicomweb"]
     assert "postgres:5432" in services["app"]["environment"]["CHEXRETRIEVE_DB"]
     assert "//orthanc:8042/" in services["ingest"]["command"][2]
