@@ -7,7 +7,7 @@ import gradio as gr
 
 from chexretrieve.findings import FINDINGS, canonical_finding
 from chexretrieve.ui.account_bar import role_note
-from chexretrieve.ui.curation import CurationDesk, sentences_html, set_as_text
+from chexretrieve.ui.curation import DraftDesk, sentences_html, set_as_text
 from chexretrieve.ui.events import PRIVATE, attempt, who
 from chexretrieve.ui.handlers import CaseLookup
 from chexretrieve.ui.input_limits import (
@@ -21,7 +21,7 @@ from chexretrieve.ui.render import esc
 
 
 def build_curation_tab(
-    app: gr.Blocks, curation: CurationDesk, lookup: CaseLookup, search: LookupTab
+    app: gr.Blocks, curation: DraftDesk, lookup: CaseLookup, search: LookupTab
 ) -> None:
     """Lay out the tab and wire its events; a saved version of the search's finding is offered
     in the lookup tab's anchor-set dropdown at once."""
@@ -91,41 +91,26 @@ def build_curation_tab(
 
         return attempt(act, lambda t: (gr.skip(), problem(t)))
 
-    def save_version(key, text, description, search_finding, request: gr.Request):
-        """Save; a bad line or an unchanged text is a message, the edit stays in the box. Only a
-        curator (or admin) may: checked here, on the server, from the request's signed-in user."""
-
-        def act():
-            lookup.access.require(request, "edit_anchor_sets")
-            capped(key, "the anchor set", MAX_ANCHOR_KEY)
-            capped(text, "the edited anchor set", MAX_CURATION_TEXT)
-            capped(description, "the description", MAX_DESCRIPTION)
-            saved = curation.save_edit(key, text, description)
-            status = (
-                f"Saved **{esc(saved.key)}** as `{esc(saved.path.name)}` · {esc(saved.summary)}"
-            )
-            if saved.warnings:
-                status += "\n\nWarnings: " + "; ".join(esc(w) for w in saved.warnings)
-            new_set = curation.get(saved.key)
-            keys = curation.set_choices(new_set.finding)
-            search_update = gr.skip()
-            if new_set.finding == canonical_finding(search_finding):
-                # the search follows the rule of the CLI: the finding's latest set by default
-                search_choices, latest = lookup.anchor_set_choices(search_finding)
-                search_update = gr.update(choices=search_choices, value=latest)
-            return (gr.update(choices=keys, value=saved.key), status,
-                    sentences_html(new_set), search_update)  # fmt: skip
-
-        return attempt(act, lambda t: (gr.skip(), problem(t), gr.skip(), gr.skip()))
+    def checked_edit(key, text, description=""):
+        """The caps of the curation inputs, before any work (a message otherwise)."""
+        capped(key, "the anchor set", MAX_ANCHOR_KEY)
+        capped(text, "the edited anchor set", MAX_CURATION_TEXT)
+        capped(description, "the description", MAX_DESCRIPTION)
 
     def impact(key, text):
         """The edit in the box (saved as a draft or not) against the version it was edited from;
         an unchanged box measures the selected version against the one before it."""
-        return attempt(lambda: curation.draft_impact(key, text), problem)
+
+        def act():
+            checked_edit(key, text)
+            return curation.draft_impact(key, text)
+
+        return attempt(act, problem)
 
     def save_draft(key, text, description, request: gr.Request):
         def act():
             lookup.access.require(request, "edit_anchor_sets")  # on the server, from the user
+            checked_edit(key, text, description)
             draft, problems = curation.save_draft(key, text, description, who(request))
             status = (
                 f"Draft of **{esc(draft.set_id)}** saved (edited from {esc(draft.base)}); searches "
@@ -151,6 +136,7 @@ def build_curation_tab(
     def publish(key, text, description, search_finding, request: gr.Request):
         def act():
             lookup.access.require(request, "edit_anchor_sets")  # the curator role, checked here
+            checked_edit(key, text, description)
             saved = curation.publish(key, text, description, who(request))
             return published(saved, search_finding, "Published")
 
@@ -159,6 +145,7 @@ def build_curation_tab(
     def revert(key, search_finding, request: gr.Request):
         def act():
             lookup.access.require(request, "edit_anchor_sets")
+            capped(key, "the anchor set", MAX_ANCHOR_KEY)
             return published(curation.revert(key, who(request)), search_finding, "Reverted:")
 
         return attempt(act, lambda t: (gr.skip(), problem(t), gr.skip(), gr.skip()))
@@ -167,19 +154,11 @@ def build_curation_tab(
     cur_set.change(show_set, cur_set, shown, **PRIVATE)
     cur_finding.input(cur_finding_changed, cur_finding, [cur_set, cur_status], **PRIVATE)
     published_outputs = [cur_set, cur_status, cur_table, search.anchor_set]
-    if hasattr(curation, "publish"):
-        save_btn.click(save_draft, [cur_set, cur_edit, cur_desc], cur_status, **PRIVATE)
-        publish_btn.click(publish, [cur_set, cur_edit, cur_desc, search.finding],
-                          published_outputs, **PRIVATE)  # fmt: skip
-        revert_btn.click(revert, [cur_set, search.finding], published_outputs, **PRIVATE)
-        impact_btn.click(impact, [cur_set, cur_edit], impact_md, **PRIVATE)
-    else:  # a plain CurationDesk: every save is a new version at once
-        save_btn.click(save_version, [cur_set, cur_edit, cur_desc, search.finding],
-                       published_outputs, **PRIVATE)  # fmt: skip
-        impact_btn.click(
-            lambda key: attempt(lambda: curation.impact_markdown(curation.previous_key(key), key),
-                                problem), cur_set, impact_md, **PRIVATE,
-        )  # fmt: skip
+    save_btn.click(save_draft, [cur_set, cur_edit, cur_desc], cur_status, **PRIVATE)
+    publish_btn.click(publish, [cur_set, cur_edit, cur_desc, search.finding],
+                      published_outputs, **PRIVATE)  # fmt: skip
+    revert_btn.click(revert, [cur_set, search.finding], published_outputs, **PRIVATE)
+    impact_btn.click(impact, [cur_set, cur_edit], impact_md, **PRIVATE)
 
     def page_loaded(fnd, request: gr.Request):
         """The sets as they are now: a version saved before a reload is listed and shown. A user

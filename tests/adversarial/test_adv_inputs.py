@@ -192,3 +192,21 @@ def test_a_request_body_beyond_16_mib_is_not_read(site, cases):
     cases.check("a streamed 40 MiB event body: refused", streamed != 200, str(streamed))
     cases.check("the server answers afterwards", alive)
     assert declared.status_code == 413 and streamed != 200 and alive
+
+
+@pytest.mark.parametrize("button", ["cur-save", "cur-publish", "cur-impact"])
+def test_an_oversized_curation_text_is_refused_before_any_work(site, world, cases, button):
+    """Finding 8 for the curation tab: a 10 MB edit sent to Save draft, Publish or Measure impact
+    (as a curator, who may edit) is refused with the cap's message; nothing is written."""
+    cur = srv.client(site["base"], "cur")
+    key = srv.component_props(cur, "cur-set")["value"]
+    before = sorted(p.name for p in world["anchors"].rglob("*") if p.is_file())
+    data = {"cur-save": [key, BIG, ""], "cur-publish": [key, BIG, "", FINDING],
+            "cur-impact": [key, BIG]}[button]  # fmt: skip
+    status, message = srv.call(cur, srv.fn_index(cur, button, "click"), data)
+    text = html.unescape(srv.answer_text(message)) if message else ""
+    refused = status == 200 and "10,000,000 characters long; at most 100,000" in text
+    unchanged = sorted(p.name for p in world["anchors"].rglob("*") if p.is_file()) == before
+    cases.check(f"{button}: a 10 MB edit is refused with the cap", refused, text[:240])
+    cases.check(f"{button}: nothing written", unchanged)
+    assert refused and unchanged
