@@ -156,6 +156,9 @@ class SearchService:
         # archived images, to find copies of an uploaded query (chexretrieve.search.duplicates)
         self.thumbnails = thumbnails
         self._copies_cache: dict[tuple, tuple[int, ...]] = {}
+        # (archive fingerprint, geometry, anchor set, finding, top k) -> RankCalibration; only the
+        # current archive's entries are kept (rank_calibration drops the others)
+        self._calibrations: dict[tuple, object] = {}
         self._load_gallery = gallery
         self._gallery: Gallery | None = None
         self._gallery_lock = threading.Lock()
@@ -380,8 +383,10 @@ class SearchService:
         finding = canonical_finding(request.finding)
         anchor_key = self.anchors.anchor_set(finding, request.anchor_set).key
         key = (gallery.fingerprint, request.geometry, anchor_key, finding, int(top_k))
-        cache = self.__dict__.setdefault("_calibrations", {})
+        cache = self._calibrations
         if key not in cache:
+            for stale in [k for k in list(cache) if k[0] != gallery.fingerprint]:
+                cache.pop(stale, None)  # an older archive's (list(): other threads may add)
             if finding not in gallery.labels:
                 return None
 
