@@ -134,14 +134,16 @@ class IndexBuilder:
         findings: Sequence[str] = FINDINGS,
         geometries: Sequence[str] | None = None,
         wait: bool = True,
+        anew: bool = False,
     ) -> Manifest | None:
         """Bring the archive up to date, then index each finding under ``geometries`` (None:
         IndexConfig.geometries_of), extend the other entries, fit or extend the density. None
-        when ``wait`` is off and another builder holds the lock."""
+        when ``wait`` is off and another builder holds the lock. ``anew``: read the archive
+        again into new files (a file failed its seal); the old generation serves meanwhile."""
         with build_lock(self.folder, wait) as held:
             if not held:
                 return None
-            manifest = self._archive()
+            manifest = self._archive(anew)
             for finding in [canonical_finding(f) for f in findings]:
                 for geometry in geometries or self.config.geometries_of(finding):
                     try:
@@ -186,10 +188,10 @@ class IndexBuilder:
             content["serial"] = previous.content.get("serial", 0)  # new names: readers go on
         return content
 
-    def _archive(self) -> Manifest:
+    def _archive(self, anew: bool = False) -> Manifest:
         manifest = self._current()
         generation = manifest.generation if manifest is not None else None
-        if manifest is not None and manifest.content["files"] and manifest.rows:
+        if manifest is not None and manifest.content["files"] and manifest.rows and not anew:
             changes = self.store.archive_changes(manifest.revision)
             if changes.revision == manifest.revision and changes.complete:
                 return manifest
@@ -199,7 +201,8 @@ class IndexBuilder:
                         "read again", manifest.revision)  # fmt: skip
         journal = read_journal(self.folder)
         resumable = (
-            journal is not None
+            not anew
+            and journal is not None
             and journal.get("phase") == "archive"
             and journal.get("base") == generation
             and journal["content"].get("store") == self.store.label

@@ -29,7 +29,7 @@ from chexretrieve.index.columns import (
     labels_dict,
 )
 from chexretrieve.index.manifest import Manifest
-from chexretrieve.index.rowfile import HEADER_BYTES, MappedRows
+from chexretrieve.index.rowfile import HEADER_BYTES, IndexDamaged, MappedRows
 from chexretrieve.search.gallery import RowLookup, find_row
 
 log = logging.getLogger(__name__)
@@ -41,8 +41,10 @@ class IndexGallery(RowLookup):
     #: the rows are memory-mapped (the search service scans them in place)
     mapped = True
 
-    def __init__(self, manifest: Manifest):
+    def __init__(self, manifest: Manifest, on_damage=None):
         self.manifest = manifest
+        # called with an IndexDamaged before a read that failed its seal raises it
+        self.on_damage = on_damage
         self.folder = manifest.folder
         self.encoder_id = manifest.encoder_id
         self.fingerprint = manifest.fingerprint
@@ -66,7 +68,12 @@ class IndexGallery(RowLookup):
     def _map(self, name: str) -> MappedRows:
         found = self._maps.get(name)
         if found is None:
-            found = MappedRows(self.folder, self.manifest.file(name))
+            try:
+                found = MappedRows(self.folder, self.manifest.file(name), self.on_damage)
+            except IndexDamaged as exc:
+                if self.on_damage is not None:
+                    self.on_damage(exc)
+                raise
             with self._lock:
                 found = self._maps.setdefault(name, found)
         return found
@@ -81,6 +88,14 @@ class IndexGallery(RowLookup):
 
     def __len__(self) -> int:
         return self.manifest.rows
+
+    def verify_small(self, limit: int = 64 << 20) -> None:
+        """Every block of the row files under ``limit`` bytes (ids, studies, labels, codes and
+        numbers: what filters read), at open; the larger ones are checked as they are read."""
+        for name in self.manifest.content["files"]:
+            record = self.manifest.file(name)
+            if record.rows * record.row_bytes <= limit:
+                self._map(name).verify()
 
     @property
     def dim(self) -> int:

@@ -143,6 +143,14 @@ class ArchiveIndex:
         return -1 if manifest is None else manifest.generation
 
     def gallery(self) -> IndexGallery:
+        try:
+            return self._open_gallery()
+        except IndexDamaged:
+            if self.jobs is not None:  # `serve`: rebuilt in the background meanwhile
+                raise
+            return self._open_gallery()  # a command rebuilt it during the failed open
+
+    def _open_gallery(self) -> IndexGallery:
         manifest = self.manifest()
         if manifest is None:
             raise IndexUnavailable(
@@ -153,12 +161,22 @@ class ArchiveIndex:
             gallery = self._gallery
         if gallery is not None and gallery.manifest.generation == manifest.generation:
             return gallery
-        gallery = IndexGallery(manifest)
+        gallery = IndexGallery(manifest, on_damage=self._damaged)
         if self.config.verify == "all":
             verify_all(gallery)
+        else:
+            gallery.verify_small()
         with self._lock:
             self._gallery = gallery
         return gallery
+
+    def _damaged(self, exc: IndexDamaged) -> None:
+        """A row file of the archive failed its seal: never served; the index is rebuilt (in
+        the background in `serve`, now in a command: the caller then searches again)."""
+        log.warning("%s", exc)
+        with self._lock:
+            self._gallery = None
+        self.repair(None)
 
     # ------------------------------------------------------------------ what a search reads
     def serving_key(self, finding: str) -> str | None:
@@ -207,8 +225,16 @@ class ArchiveIndex:
                 keys = entry_keys(self.folder, entry)
             except IndexDamaged as exc:
                 log.warning("%s; its features are rebuilt", exc)
-                self.repair(entry)
-                raise
+                archive = entry["file"]["file"].startswith("rows/")  # plain float32: embeddings
+                self.repair(None if archive else entry)
+                if self.jobs is not None:
+                    raise FeaturesBeingPrepared(
+                        f"{exc}: its features are being rebuilt; search again in a moment"
+                    ) from None
+                _, fresh = self._entry(self.gallery(), entry["geometry_key"])
+                if fresh is None:
+                    raise
+                return self._mapped(name, fresh)
             with self._lock:
                 self._keys = {k: v for k, v in self._keys.items() if k[0] != name}
                 self._keys[stamp] = keys

@@ -33,27 +33,20 @@ def rebuild_damaged(index, entry: dict | None, progress=None) -> None:
     """Rebuild ``entry`` (a feature entry that failed its seal), else the whole index."""
     folder = index.folder
     builder = index.builder(progress)
+    forget_verified()
+    if entry is None:
+        builder.build(anew=True)
+        return
     with build_lock(folder):
         try:
             manifest = read_manifest(folder)
         except IndexUnavailable:
             manifest = None
-        if manifest is not None and entry is not None:
+        if manifest is not None:
             content = copy.deepcopy(manifest.content)
             names = [n for n, e in content["entries"].items() if e["file"] == entry["file"]]
             for name in names:
                 content["entries"].pop(name)
             if names:
                 commit(folder, content, manifest.generation)
-        elif manifest is not None:
-            content = copy.deepcopy(manifest.content)
-            content["files"], content["entries"], content["density"] = {}, {}, None
-            content["rows"], content["revision"] = 0, 0
-            content["categories"], content["ids_sorted"] = {}, True
-            commit(folder, content, manifest.generation)  # an empty generation: rebuilt next
-    forget_verified()
-    if entry is not None:
-        serving = entry["anchor_key"] if entry["anchor_key"] else None
-        builder.entry(entry["finding"], entry["geometry"], serving)
-        return
-    builder.build()
+    builder.entry(entry["finding"], entry["geometry"], entry["anchor_key"])

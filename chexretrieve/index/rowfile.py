@@ -254,9 +254,11 @@ class MappedRows:
     """A row file mapped read-only (shared with every process that maps it), its blocks verified
     against the record on use: ``rows(...)`` checks the blocks it returns, ``verify()`` all."""
 
-    def __init__(self, folder: Path, record: RowFileRecord):
+    def __init__(self, folder: Path, record: RowFileRecord, on_damage=None):
         self.record = record
         self.path = Path(folder) / record.file
+        # called with the IndexDamaged before it is raised (the index queues a rebuild)
+        self.on_damage = on_damage
         try:
             info = os.stat(self.path)
         except OSError as exc:
@@ -296,11 +298,14 @@ class MappedRows:
                 continue
             chunk = memoryview(self._raw[block * size : (block + 1) * size])
             if wanted is None or hashlib.sha256(chunk).hexdigest() != wanted:
-                raise IndexDamaged(
+                damaged = IndexDamaged(
                     f"{record.file}: rows {block * record.block_rows:,}-"
                     f"{min(record.rows, (block + 1) * record.block_rows) - 1:,} do not match the "
-                    "index's seal (the file was damaged or replaced)"
+                    "index's seal (the file was damaged or replaced); it is rebuilt"
                 )
+                if self.on_damage is not None:
+                    self.on_damage(damaged)
+                raise damaged
             self._done[block] = wanted
 
     def verify_rows(self, rows) -> None:
@@ -325,4 +330,5 @@ class MappedRows:
 def forget_verified() -> None:
     """Drop this process's memory of verified blocks (tests that damage files in place)."""
     with _VERIFIED_LOCK:
-        _VERIFIED.clear()
+        for done in _VERIFIED.values():
+            done.clear()
