@@ -64,7 +64,9 @@ def build_index(
     folder = index_folder(store, encoder.encoder_id, config.index)
     builder = IndexBuilder(folder, store, encoder.encoder_id, anchors, config.index,
                            config.search, config.density, progress)  # fmt: skip
-    return builder.build(findings or FINDINGS, geometries or None)
+    manifest = builder.build(findings or FINDINGS, geometries or None)
+    build_index.timings = dict(builder.timings)  # what the last build spent per phase
+    return manifest
 
 
 def update_after_ingest(store, encoder, console, show_progress: bool = True) -> None:  # noqa: ANN001
@@ -153,10 +155,12 @@ def build_command(
         raise typer.Exit(2) from None
     finally:
         store.close()
+    spent = getattr(build_index, "timings", {})
+    phases = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in spent.items())
     console.print(
         f"index {manifest.folder}: generation {manifest.generation}, {manifest.rows:,} images "
         f"at archive revision {manifest.revision}, {len(manifest.entries)} feature entries, "
-        f"built in {time.perf_counter() - started:.1f} s",
+        f"built in {time.perf_counter() - started:.1f} s ({phases or 'nothing to do'})",
         soft_wrap=True,
     )
 

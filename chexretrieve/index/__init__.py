@@ -42,15 +42,21 @@ only the images the store's change log names since the indexed revision.
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from chexretrieve.index.builder import IndexBuilder
 from chexretrieve.index.config import IndexConfig
-from chexretrieve.index.gallery import IndexGallery
-from chexretrieve.index.handle import ArchiveIndex
-from chexretrieve.index.manifest import IndexUnavailable, Manifest, read_manifest
-from chexretrieve.index.paths import INDEX_ENV, encoder_folder, index_root
-from chexretrieve.index.rowfile import IndexDamaged
+
+if TYPE_CHECKING:
+    from chexretrieve.index.builder import IndexBuilder
+    from chexretrieve.index.gallery import IndexGallery
+    from chexretrieve.index.handle import ArchiveIndex
+    from chexretrieve.index.manifest import IndexUnavailable, Manifest, read_manifest
+    from chexretrieve.index.rowfile import IndexDamaged
+
+#: the environment variable naming the index folder of non-SQLite stores (see paths)
+INDEX_ENV = "CHEXRETRIEVE_INDEX"
 
 __all__ = [
     "INDEX_ENV",
@@ -65,9 +71,28 @@ __all__ = [
     "read_manifest",
 ]
 
+#: name -> module it lives in (imported on first use: `chexretrieve.index.config` stays light
+#: for the settings every command builds)
+_LAZY = {
+    "ArchiveIndex": "handle",
+    "IndexBuilder": "builder",
+    "IndexDamaged": "rowfile",
+    "IndexGallery": "gallery",
+    "IndexUnavailable": "manifest",
+    "Manifest": "manifest",
+    "read_manifest": "manifest",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"chexretrieve.index.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'chexretrieve.index' has no attribute {name!r}")
+
 
 def index_folder(store, encoder_id: str, config: IndexConfig | None = None) -> Path:
     """The folder of ``store``'s index of ``encoder_id`` (see ``chexretrieve.index.paths``)."""
+    from chexretrieve.index.paths import encoder_folder, index_root
     from chexretrieve.store import sqlite_file
 
     root = index_root(store.label, sqlite_file(store.config.url), config or IndexConfig())

@@ -15,9 +15,11 @@ archive density (fitted, or its new rows scored).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import logging
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -127,6 +129,17 @@ class IndexBuilder:
             "inv_temperature": float(record.inv_temperature),
         }
         self.cache = FeatureCache(None, entries=4)
+        #: seconds spent per phase (archive, features, calibration, density) by this builder
+        self.timings: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def _timed(self, phase: str):
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            spent = time.perf_counter() - started
+            self.timings[phase] = self.timings.get(phase, 0.0) + spent
 
     # -------------------------------------------------------------------------- public
     def build(
@@ -189,6 +202,10 @@ class IndexBuilder:
         return content
 
     def _archive(self, anew: bool = False) -> Manifest:
+        with self._timed("archive"):
+            return self._read_archive(anew)
+
+    def _read_archive(self, anew: bool) -> Manifest:
         manifest = self._current()
         generation = manifest.generation if manifest is not None else None
         if manifest is not None and manifest.content["files"] and manifest.rows and not anew:
@@ -296,8 +313,11 @@ class IndexBuilder:
                                             "name": name, "entry": partial,
                                             "serial": content["serial"]})  # fmt: skip
 
-            entry = extend_entry(self.folder, entry, geometry, embeddings, checkpoint,
-                                 lambda done, total: self.progress(label, done, total))  # fmt: skip
+            def shown(done: int, total: int) -> None:
+                self.progress(label, done, total)
+
+            with self._timed("features"):
+                entry = extend_entry(self.folder, entry, geometry, embeddings, checkpoint, shown)
             content["entries"][name] = entry
             manifest = commit(self.folder, content, manifest.generation)
             clear_journal(self.folder)
@@ -363,12 +383,17 @@ class IndexBuilder:
         return {"queries": self.search.calibration_queries, "fit_seed": self.search.fit_seed}
 
     def _calibrate(self, manifest: Manifest, name: str, top_ks: Sequence[int] = ()) -> Manifest:
+        entry = manifest.entries[name]
+        if not top_ks and not self._calibration_stale(manifest, entry):
+            return manifest
+        with self._timed("calibration"):
+            return self._measure(manifest, name, top_ks)
+
+    def _measure(self, manifest: Manifest, name: str, top_ks: Sequence[int]) -> Manifest:
         from chexretrieve.search.service import SearchRequest, SearchService
 
         entry = manifest.entries[name]
         wanted = [int(k) for k in (top_ks or self.config.calibration_top_k)]
-        if not top_ks and not self._calibration_stale(manifest, entry):
-            return manifest
         content = copy.deepcopy(manifest.content)
         gallery = IndexGallery(manifest)
         service = SearchService(
@@ -416,6 +441,10 @@ class IndexBuilder:
         action = density_action(record, manifest.rows, self.density)
         if action == "keep":
             return manifest
+        with self._timed("density"):
+            return self._fit_density(manifest, record, action)
+
+    def _fit_density(self, manifest: Manifest, record, action: str) -> Manifest:
         gallery = IndexGallery(manifest)
         self.progress("archive density", 0, 1)
         content = copy.deepcopy(manifest.content)

@@ -168,7 +168,23 @@ class ArchiveIndex:
             gallery.verify_small()
         with self._lock:
             self._gallery = gallery
+        if self.background:  # `serve`: the large files are checked before the first searches
+            threading.Thread(target=self._warm, args=(gallery,), daemon=True,
+                             name="chexretrieve-index-verify").start()  # fmt: skip
         return gallery
+
+    def _warm(self, gallery: IndexGallery) -> None:
+        """Verify (and map) what every search reads in full: the embeddings (nearest-neighbour
+        note of the case lookup), then each finding's served features."""
+        try:
+            gallery.embedding_keys()
+            manifest = gallery.manifest
+            for name, entry in manifest.entries.items():
+                served = manifest.serving.get(entry["finding"]) == entry["anchor_key"]
+                if served and int(entry["file"]["rows"]) == len(gallery):
+                    self._mapped(name, entry)
+        except Exception as exc:  # noqa: BLE001 - a search meets the same problem and says it
+            log.warning("checking the index in the background: %s", exc)
 
     def _damaged(self, exc: IndexDamaged) -> None:
         """A row file of the archive failed its seal: never served; the index is rebuilt (in

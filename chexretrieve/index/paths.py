@@ -15,10 +15,8 @@ import re
 from pathlib import Path
 
 from chexretrieve.cache import cache_folder
+from chexretrieve.index import INDEX_ENV
 from chexretrieve.index.config import IndexConfig
-
-#: environment variable naming the folder of the archive indexes of non-SQLite stores
-INDEX_ENV = "CHEXRETRIEVE_INDEX"
 
 
 def _slug(text: str, length: int = 40) -> str:

@@ -283,6 +283,7 @@ class MappedRows:
             self._raw = np.empty(0, dtype=np.uint8)
         with _VERIFIED_LOCK:
             self._done = _VERIFIED.setdefault(self._key, {})
+        self._verifying = threading.Lock()  # one thread hashes a block; the others wait
 
     def verify(self, start: int = 0, stop: int | None = None) -> None:
         """Check the blocks holding rows [start, stop) (default: all); IndexDamaged names the
@@ -296,17 +297,24 @@ class MappedRows:
             wanted = record.blocks[block] if block < len(record.blocks) else None
             if wanted is not None and self._done.get(block) == wanted:
                 continue
-            chunk = memoryview(self._raw[block * size : (block + 1) * size])
-            if wanted is None or hashlib.sha256(chunk).hexdigest() != wanted:
-                damaged = IndexDamaged(
-                    f"{record.file}: rows {block * record.block_rows:,}-"
-                    f"{min(record.rows, (block + 1) * record.block_rows) - 1:,} do not match the "
-                    "index's seal (the file was damaged or replaced); it is rebuilt"
-                )
-                if self.on_damage is not None:
-                    self.on_damage(damaged)
-                raise damaged
-            self._done[block] = wanted
+            with self._verifying:
+                self._verify_block(block, wanted, size)
+
+    def _verify_block(self, block: int, wanted: str | None, size: int) -> None:
+        record = self.record
+        if wanted is not None and self._done.get(block) == wanted:
+            return  # another thread verified it while this one waited
+        chunk = memoryview(self._raw[block * size : (block + 1) * size])
+        if wanted is None or hashlib.sha256(chunk).hexdigest() != wanted:
+            damaged = IndexDamaged(
+                f"{record.file}: rows {block * record.block_rows:,}-"
+                f"{min(record.rows, (block + 1) * record.block_rows) - 1:,} do not match the "
+                "index's seal (the file was damaged or replaced); it is rebuilt"
+            )
+            if self.on_damage is not None:
+                self.on_damage(damaged)
+            raise damaged
+        self._done[block] = wanted
 
     def verify_rows(self, rows) -> None:
         """Check the blocks holding the given row numbers."""

@@ -481,7 +481,8 @@ class CaseLookup(ArchiveThumbnails):
         latest = latest_anchor_set(finding, root=self.anchors_dir).key
         # the version searches use: the archive index serves the previous one until it has
         # built a newly published one
-        default = self.service.anchors.anchor_set(finding, None).key
+        index = getattr(self.service, "index", None)
+        default = (index.serving_key(finding) if index is not None else None) or latest
         if default not in keys:
             default = latest
         labels = {latest: "latest", default: "served"} if default != latest else {latest: "latest"}
