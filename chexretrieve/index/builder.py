@@ -403,12 +403,14 @@ class IndexBuilder:
         )  # fmt: skip
         codes = gallery.label_codes()[:, FINDINGS.index(entry["finding"])]
         found = dict(content["entries"][name].get("calibrations", {}))
+        nearest = sampled_nearest(gallery, gallery.label_values(entry["finding"]),
+                                  self.search)  # fmt: skip
         for top_k in wanted:
             self.progress(f"calibration {entry['finding']} · {entry['geometry']}", 0, 1)
             request = SearchRequest(finding=entry["finding"], geometry=entry["geometry"],
                                     anchor_set=entry["anchor_key"],
                                     case_id=int(gallery.image_ids[0]))  # fmt: skip
-            measured = service.measure_calibration(request, top_k)
+            measured = service.measure_calibration(request, top_k, nearest)
             found[str(top_k)] = {
                 "fields": None if measured is None else dataclasses.asdict(measured),
                 "rows": manifest.rows,
@@ -476,3 +478,31 @@ class IndexBuilder:
                 continue
             texts.append(AnchorText(finding, tuple(ref.sentences), np.asarray(ref.embeddings)))
         return texts
+
+
+def sampled_nearest(gallery, labels, search: SearchConfig) -> dict[int, float]:
+    """{row: its highest cosine with a row of another study} for the rows a calibration of
+    these labels samples (``search.calibration``'s rule and seed), in one pass over the
+    embeddings instead of one per sampled row. A row the calibration picks that is not here
+    (its sampling changed) is computed when asked for (the same value up to float32 rounding)."""
+    from chexretrieve.search.calibration import queries_for, statuses
+
+    status = statuses(labels)
+    known = np.flatnonzero(~np.isnan(status))
+    if len(known) < 10:
+        return {}
+    rng = np.random.default_rng(search.fit_seed)
+    count = min(queries_for(len(gallery), search.calibration_queries), len(known))
+    rows = np.sort(rng.choice(known, size=count, replace=False))
+    queries = gallery.embedding_rows(rows).astype(np.float32)  # (q, d)
+    studies = gallery.study_codes
+    embeddings = gallery.embeddings
+    best = np.full(len(rows), -np.inf, dtype=np.float32)
+    step = 65_536
+    for start in range(0, len(gallery), step):
+        block = np.asarray(embeddings[start : start + step], dtype=np.float32)
+        cosines = block @ queries.T  # (block, q)
+        same = studies[start : start + step, None] == studies[rows][None, :]
+        cosines[same] = -np.inf
+        np.maximum(best, cosines.max(axis=0), out=best)
+    return {int(r): float(v) for r, v in zip(rows, best, strict=True) if np.isfinite(v)}

@@ -447,7 +447,8 @@ class KeyMatrix:
         if self.dtype == np.float32:
             return self._array @ query
         out = np.empty(len(self), dtype=np.float32)
-        for start in range(0, len(self), ROW_CHUNK):
-            block = self._array[start : start + ROW_CHUNK].astype(np.float32)
-            np.matmul(block, query, out=out[start : start + len(block)])
+        with one_blas_thread():  # small products: more BLAS threads only wait on each other
+            for start in range(0, len(self), ROW_CHUNK):
+                block = self._array[start : start + ROW_CHUNK].astype(np.float32)
+                np.matmul(block, query, out=out[start : start + len(block)])
         return out

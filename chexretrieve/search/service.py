@@ -327,8 +327,10 @@ class SearchService:
                 return found
         return self.measure_calibration(request, top_k)
 
-    def measure_calibration(self, request: SearchRequest, top_k: int):
-        """``rank_calibration`` measured now on the current gallery (cached per archive)."""
+    def measure_calibration(self, request: SearchRequest, top_k: int, nearest=None):
+        """``rank_calibration`` measured now on the current gallery (cached per archive).
+        ``nearest``: {row: its highest cosine with a row of another study} already computed
+        for some rows (the archive index computes the sampled rows' in one pass)."""
         from chexretrieve.search.calibration import calibrate
 
         gallery = self.gallery
@@ -357,6 +359,8 @@ class SearchService:
             keys = embedding_keys(gallery)
 
             def nearest_of(row: int, eligible) -> float:
+                if nearest is not None and row in nearest:
+                    return nearest[row]
                 found, _ = keys.top_k(keys.rows([row])[0], 1, eligible)
                 return float(found[0]) if len(found) else float("nan")
 
