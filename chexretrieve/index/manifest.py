@@ -188,8 +188,11 @@ def collect_garbage(folder: Path, keep: tuple) -> None:
         else:
             path.unlink(missing_ok=True)
     journal = read_journal(folder)
-    if journal is not None:
-        kept |= {r["file"] for r in journal.get("files", {}).values()}
+    if journal is not None:  # the files a build in progress resumes from
+        if "content" in journal:
+            kept |= referenced_files(journal["content"])
+        if "entry" in journal:
+            kept.add(journal["entry"]["file"]["file"])
     for sub in ("rows", "features", "density"):
         for path in (folder / sub).rglob("*"):
             if path.is_file() and path.relative_to(folder).as_posix() not in kept:

@@ -179,3 +179,37 @@ def test_a_calibration_is_read_from_the_index_not_measured(world, monkeypatch) -
     measured = apps["memory"].service.rank_calibration(request, 12)
     assert stored.n_queries == measured.n_queries
     assert stored.chance == pytest.approx(measured.chance)
+
+
+def test_the_sampled_nearest_cosines_are_the_ones_calibration_asks_for(world) -> None:
+    """The index computes every sampled query's nearest cosine in one pass; they are the rows
+    ``calibrate`` samples, with the values a scan per row gives."""
+    from chexretrieve.index.builder import sampled_nearest
+    from chexretrieve.search.calibration import calibrate
+
+    _, _, apps = world
+    service = apps["index32"].service
+    gallery = service.gallery
+    labels = gallery.label_values(FINDING)
+    found = sampled_nearest(gallery, labels, service.config)
+    keys = gallery.embedding_keys()
+    asked = []
+
+    def nearest_of(row, eligible):
+        asked.append(row)
+        best, _ = keys.top_k(keys.rows([row])[0], 1, eligible)
+        return float(best[0])
+
+    def scores_of(image_id):
+        scores, eligible = service.gallery_scores(
+            SearchRequest(finding=FINDING, geometry="cosine", case_id=image_id)
+        )
+        return scores, eligible
+
+    calibrate(scores_of, gallery.image_ids, labels, None, 5, service.config.calibration_queries,
+              service.config.fit_seed, nearest_of=nearest_of)  # fmt: skip
+    assert sorted(asked) == sorted(found)
+    for row in asked:
+        best, _ = keys.top_k(keys.rows([row])[0], 1,
+                             gallery.study_codes != gallery.study_codes[row])  # fmt: skip
+        assert found[row] == pytest.approx(float(best[0]), abs=1e-5)

@@ -96,3 +96,27 @@ def test_a_killed_build_resumes_from_its_checkpoints_and_equals_an_uninterrupted
     assert not any("features_Pleural_Effusion" in line for line in lines)  # not redone
     assert read_journal(folder) is None
     assert digests(folder) == digests(reference)
+
+
+def test_a_killed_build_resumes_after_the_archive_grew(url: str, tmp_path: Path) -> None:
+    """Killed inside a feature entry, then images arrive: the resumed build appends them and
+    restarts that entry (its checkpoint was of a smaller archive); nothing it needs is lost."""
+    import shutil
+
+    from index_fixtures import add_images
+
+    from chexretrieve.store import open_store
+
+    path = Path(url.removeprefix("sqlite:///"))
+    copy = tmp_path / "growing.sqlite"
+    shutil.copy(path, copy)
+    grown = f"sqlite:///{copy}"
+    folder = tmp_path / "index"
+    run_child(grown, folder, stop="features_Edema_·_softmax:3000")
+    with open_store(grown) as store:
+        add_images(store, N, 500)
+    run_child(grown, folder)
+    manifest = read_manifest(folder)
+    assert manifest.rows == N + 500
+    assert all(e["file"]["rows"] == N + 500 for e in manifest.entries.values())
+    assert read_journal(folder) is None
