@@ -452,3 +452,20 @@ class KeyMatrix:
                 block = self._array[start : start + ROW_CHUNK].astype(np.float32)
                 np.matmul(block, query, out=out[start : start + len(block)])
         return out
+
+
+def rank_exactly(features: KeyMatrix, vector, offset, mask, candidates, k, image_ids, threads=1):
+    """(rows, scores), best first, ties by image id: the exact top k of the eligible rows."""
+    if k == 0:
+        return np.empty(0, dtype=np.int64), np.empty(0)
+    allowed = None if candidates == len(mask) else mask
+    # one row more than wanted shows whether a tie crosses the cut (then the lowest ids must win)
+    found, rows = features.top_k(vector, k + 1, allowed, threads)
+    if len(found) > k and found[k - 1] == found[k]:
+        scores = np.where(mask, features.inner_products(vector), -np.inf)
+        kth = -np.partition(-scores, k - 1)[k - 1]
+        rows = np.flatnonzero(scores >= kth)  # every row tied with the k-th
+        found = scores[rows]
+    found = found.astype(np.float64) + offset
+    order = np.lexsort((image_ids[rows], -found))[:k]
+    return rows[order], found[order]

@@ -43,7 +43,7 @@ from chexretrieve.search.requests import (
     SearchRequest,
     SearchResult,
 )
-from chexretrieve.search.scoring import KeyMatrix, one_blas_thread
+from chexretrieve.search.scoring import KeyMatrix, one_blas_thread, rank_exactly
 
 __all__ = [
     "AnchorProvider",
@@ -89,6 +89,7 @@ class SearchService:
         # archived images, to find copies of an uploaded query (chexretrieve.search.duplicates)
         self.thumbnails = thumbnails
         self._copies_cache: dict[tuple, tuple[int, ...]] = {}
+        self._nearest: dict[tuple, float] = {}  # nearest_cosine of the last queries
         # (archive fingerprint, geometry, anchor set, finding, top k) -> RankCalibration; only the
         # current archive's entries are kept (rank_calibration drops the others)
         self._calibrations: dict[tuple, object] = {}
@@ -215,7 +216,9 @@ class SearchService:
         if ranked is None:
             vector, offset = self._query_vector(geometry, features, query, request, gallery)
             threads = self.config.scan_threads or os.cpu_count() or 1
-            ranked = _rank_exactly(features, vector, offset, mask, candidates, k, gallery, threads)
+            ranked = rank_exactly(
+                features, vector, offset, mask, candidates, k, gallery.image_ids, threads
+            )
         rows, scores = ranked
         hits = self._hits(rows, scores, gallery, query, anchor_set, request.explain)
         assessment = None
@@ -371,8 +374,25 @@ class SearchService:
         return cache[key]
 
     def nearest_cosine(self, request: SearchRequest) -> float:
-        """The query's highest cosine with an archived image other than its own study."""
+        """The query's highest cosine with an archived image other than its own study (kept
+        for the last queries: a query searched again under another finding scans nothing)."""
         gallery = self._gallery_for(request)
+        embedding = request.image_embedding
+        key = (gallery.fingerprint, request.case_id, request.query_study_uid,
+               None if embedding is None else np.asarray(embedding).tobytes(),
+               request.query_pixel_sha256, request.exclude_ids)  # fmt: skip
+        with self._gallery_lock:
+            if request.image is None and key in self._nearest:
+                return self._nearest[key]
+        value = self._nearest_cosine(request, gallery)
+        if request.image is None:
+            with self._gallery_lock:
+                if len(self._nearest) >= 64:
+                    self._nearest.pop(next(iter(self._nearest)))
+                self._nearest[key] = value
+        return value
+
+    def _nearest_cosine(self, request: SearchRequest, gallery) -> float:
         query, own_row = self._query_embedding(dataclasses.replace(request, text=None), gallery)
         mask = self._eligible(dataclasses.replace(request, filters=SearchFilters()),
                               canonical_finding(request.finding), gallery, own_row)  # fmt: skip
@@ -561,23 +581,6 @@ class SearchService:
                 )
             )
         return tuple(hits)
-
-
-def _rank_exactly(features: KeyMatrix, vector, offset, mask, candidates, k, gallery, threads=1):
-    """(rows, scores), best first, ties by image id: the exact top k of the eligible rows."""
-    if k == 0:
-        return np.empty(0, dtype=np.int64), np.empty(0)
-    allowed = None if candidates == len(mask) else mask
-    # one row more than wanted shows whether a tie crosses the cut (then the lowest ids must win)
-    found, rows = features.top_k(vector, k + 1, allowed, threads)
-    if len(found) > k and found[k - 1] == found[k]:
-        scores = np.where(mask, features.inner_products(vector), -np.inf)
-        kth = -np.partition(-scores, k - 1)[k - 1]
-        rows = np.flatnonzero(scores >= kth)  # every row tied with the k-th
-        found = scores[rows]
-    found = found.astype(np.float64) + offset
-    order = np.lexsort((gallery.image_ids[rows], -found))[:k]
-    return rows[order], found[order]
 
 
 def _unit_row(gallery: Gallery, row: int) -> np.ndarray:
