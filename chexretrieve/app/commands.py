@@ -122,7 +122,7 @@ def search_command(
         except IndexDamaged:  # an index file failed its seal: rebuilt by now, never served
             result = service.search(request)
     except ValueError as exc:  # StoreError, EncoderError and bad requests: one line, exit 2
-        console.print(f"[red]error:[/red] {escape(str(exc))}")
+        console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
         raise typer.Exit(2) from None
 
     if as_json:

@@ -286,11 +286,12 @@ class IndexBuilder:
                                    self.encoder["inv_temperature"], prior,
                                    self.search.fit_seed)  # fmt: skip
 
-    def _entry(self, manifest: Manifest, finding: str, geometry_name: str, anchor_key):
+    def _entry(self, manifest: Manifest, finding: str, geometry_name: str, anchor_key,
+               dtype: str | None = None):  # fmt: skip
         spec = parse_geometry(geometry_name)
         anchor = self._anchor(finding, anchor_key)
         geometry, gkey = self._fit(spec, anchor)
-        dtype = self.config.feature_dtype
+        dtype = dtype or self.config.feature_dtype
         name = entry_key(gkey, dtype)
         content = copy.deepcopy(manifest.content)
         entry = content["entries"].get(name)
@@ -360,7 +361,8 @@ class IndexBuilder:
                 content["entries"].pop(name, None)
                 manifest = commit(self.folder, content, manifest.generation)
                 continue
-            manifest = self._entry(manifest, entry["finding"], entry["geometry"], anchor.key)
+            manifest = self._entry(manifest, entry["finding"], entry["geometry"], anchor.key,
+                                   entry["dtype"])  # fmt: skip
         return manifest
 
     # --------------------------------------------------------------------- calibrations

@@ -125,16 +125,26 @@ class ArchiveIndex:
         return manifest
 
     def manifest(self) -> Manifest | None:
+        """The current generation, brought up to the store when the store moved past it: in
+        `serve` by a background update (checked every STORE_CHECK_S seconds; the next search
+        after it sees the new cases), in a command before the search (one query per search)."""
         manifest = self._read()
-        if self.background and manifest is not None and self.jobs is not None:
-            now = time.monotonic()
-            if now - self._store_checked > STORE_CHECK_S:
-                self._store_checked = now
-                try:
-                    if self._store_revision() != manifest.revision and self.writable:
-                        self.jobs.update()
-                except Exception as exc:  # noqa: BLE001 - a check never fails a search
-                    log.warning("cannot compare the index with the store: %s", exc)
+        if manifest is None or not self.writable:
+            return manifest
+        now = time.monotonic()
+        if self.jobs is not None and now - self._store_checked <= STORE_CHECK_S:
+            return manifest
+        self._store_checked = now
+        try:
+            behind = self._store_revision() != manifest.revision
+        except Exception as exc:  # noqa: BLE001 - the service's own revision read says it
+            log.warning("cannot compare the index with the store: %s", exc)
+            return manifest
+        if behind and self.jobs is not None:
+            self.jobs.update()
+        elif behind:
+            self.builder().update()
+            manifest = self._read(force=True)
         return manifest
 
     def revision_token(self) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 
 import gradio as gr
 
@@ -90,7 +91,8 @@ def open_case_lookup(config: UIConfig, store=None, encoder=None) -> tuple[CaseLo
     published = None
     if index is not None and index.jobs is not None:
         published = index.jobs.publish
-        prepare_published(index)
+        threading.Thread(target=prepare_published, args=(index,), daemon=True,
+                         name="chexretrieve-published").start()  # fmt: skip
     curation = DraftDesk(config.anchors_dir, store, root.encoder, lambda: service.gallery,
                          published)  # fmt: skip
     return lookup, curation
@@ -101,9 +103,10 @@ def prepare_published(index) -> None:  # noqa: ANN001
     index serves (a version published while no server ran, or by hand)."""
     from chexretrieve.findings import FINDINGS
 
+    anchors = index.anchors
     for finding in FINDINGS:
-        try:
-            latest = index.anchors.anchor_set(finding, None).key
+        try:  # the file's version, not its embedding (StoreAnchorProvider.resolve)
+            latest = getattr(anchors, "resolve", anchors.anchor_set)(finding, None).key
         except ValueError:
             continue
         if index.serving_key(finding) not in (None, latest):
