@@ -63,6 +63,8 @@ class IndexGallery(RowLookup):
             self._sorted_ids = ids
         self.columns = IndexColumns(self)
         self._keys = None
+        #: a background thread verifies the large files of this generation (ArchiveIndex)
+        self.verifying_in_background = False
 
     # ------------------------------------------------------------------------ plumbing
     def _map(self, name: str) -> MappedRows:
@@ -120,6 +122,11 @@ class IndexGallery(RowLookup):
     def embedding_rows(self, rows) -> np.ndarray:
         """(len(rows), d) float32 embeddings of the given rows, their blocks verified."""
         return self._map("embeddings").rows(np.atleast_1d(np.asarray(rows, dtype=np.int64)))
+
+    def embeddings_ready(self) -> bool:
+        """False while a background thread (`serve`) is still verifying the embeddings: a full
+        scan of them now would wait for it. True otherwise (a scan verifies what it reads)."""
+        return not self.verifying_in_background or self._map("embeddings").complete()
 
     def embedding_keys(self):
         """The embeddings as a ``KeyMatrix`` scanned in place (cosine, nearest neighbours)."""

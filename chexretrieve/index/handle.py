@@ -179,6 +179,7 @@ class ArchiveIndex:
         with self._lock:
             self._gallery = gallery
         if self.background:  # `serve`: the large files are checked before the first searches
+            gallery.verifying_in_background = True
             threading.Thread(target=self._warm, args=(gallery,), daemon=True,
                              name="chexretrieve-index-verify").start()  # fmt: skip
         return gallery
@@ -187,12 +188,12 @@ class ArchiveIndex:
         """Verify (and map) what every search reads in full: the embeddings (nearest-neighbour
         note of the case lookup), then each finding's served features."""
         try:
-            gallery.embedding_keys()
             manifest = gallery.manifest
-            for name, entry in manifest.entries.items():
+            for name, entry in manifest.entries.items():  # what a first search scans
                 served = manifest.serving.get(entry["finding"]) == entry["anchor_key"]
                 if served and int(entry["file"]["rows"]) == len(gallery):
                     self._mapped(name, entry)
+            gallery.embedding_keys()  # the case lookup's nearest-neighbour note
         except Exception as exc:  # noqa: BLE001 - a search meets the same problem and says it
             log.warning("checking the index in the background: %s", exc)
 

@@ -316,6 +316,11 @@ class MappedRows:
             raise damaged
         self._done[block] = wanted
 
+    def complete(self) -> bool:
+        """Whether every block has been verified in this process (nothing left to hash)."""
+        done, blocks = self._done, self.record.blocks
+        return all(done.get(i) == digest for i, digest in enumerate(blocks))
+
     def verify_rows(self, rows) -> None:
         """Check the blocks holding the given row numbers."""
         rows = np.unique(np.asarray(rows, dtype=np.int64).reshape(-1))

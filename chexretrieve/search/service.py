@@ -384,7 +384,10 @@ class SearchService:
         with self._gallery_lock:
             if request.image is None and key in self._nearest:
                 return self._nearest[key]
-        value = self._nearest_cosine(request, gallery)
+        try:
+            value = self._nearest_cosine(request, gallery)
+        except _NotYet:
+            return float("nan")
         if request.image is None:
             with self._gallery_lock:
                 if len(self._nearest) >= 64:
@@ -393,6 +396,10 @@ class SearchService:
         return value
 
     def _nearest_cosine(self, request: SearchRequest, gallery) -> float:
+        if not getattr(gallery, "embeddings_ready", lambda: True)():
+            # an index whose embeddings are still being verified in the background: the note
+            # this value feeds is left out rather than a search waiting seconds for it
+            raise _NotYet
         query, own_row = self._query_embedding(dataclasses.replace(request, text=None), gallery)
         mask = self._eligible(dataclasses.replace(request, filters=SearchFilters()),
                               canonical_finding(request.finding), gallery, own_row)  # fmt: skip
@@ -581,6 +588,10 @@ class SearchService:
                 )
             )
         return tuple(hits)
+
+
+class _NotYet(Exception):
+    """A value that needs files still being verified (not remembered; asked again later)."""
 
 
 def _unit_row(gallery: Gallery, row: int) -> np.ndarray:
