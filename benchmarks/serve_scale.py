@@ -57,6 +57,7 @@ GOALS = {  # figure -> (300k goal, 1M goal), seconds or GB
     "serve start": (5.0, 10.0),
     "first search": (1.0, 1.5),
     "p95 after": (None, 0.25),
+    "p95 after (service)": (None, 0.25),
     "RSS beyond the index": (1.0, 2.0),
     "incremental update": (10.0, 20.0),
     "2 processes / 1": (1.2, None),
@@ -313,6 +314,35 @@ def memory(pid: int, index: Path) -> dict:
             "uss": uss / gb, "pss": rollup.get("Pss", 0) / gb}  # fmt: skip
 
 
+API_SCRIPT = """
+import json, sys, time
+from chexretrieve.app import AppConfig, open_search_app
+from chexretrieve.search.service import SearchRequest
+url, cases = sys.argv[1], [int(c) for c in sys.argv[2].split(",")]
+started = time.perf_counter()
+service = open_search_app(AppConfig(db_url=url, encoder=sys.argv[3])).service
+opened = time.perf_counter() - started
+times = []
+for finding, case in [("Pleural Effusion", cases[0]), ("Edema", cases[0])] + [
+        ("Pleural Effusion", c) for c in cases[1:]]:
+    started = time.perf_counter()
+    service.search(SearchRequest(finding=finding, geometry="softmax", case_id=case, top_k=12))
+    times.append(time.perf_counter() - started)
+print(json.dumps({"open": opened, "times": times}))
+"""
+
+
+def api_searches(url: str, cases: list[int]) -> dict:
+    """The search service itself (what `search` and the UI call), in one process: opening the
+    index, the first search of two findings, then one per case (p50 / p95)."""
+    done = run([sys.executable, "-c", API_SCRIPT, url, ",".join(map(str, cases)), ENCODER])
+    found = json.loads(done["out"].strip().splitlines()[-1])
+    later = found["times"][2:]
+    return {"open": found["open"], "first": found["times"][0], "other": found["times"][1],
+            "p50": float(np.percentile(later, 50)), "p95": float(np.percentile(later, 95)),
+            "cpu": done["cpu"]}  # fmt: skip
+
+
 # ---------------------------------------------------------------------------- browser
 CASE_ID = "#case-id textarea, #case-id input"
 RESULTS = (
@@ -419,6 +449,10 @@ def main(argv: list[str] | None = None) -> dict:
         done = run([sys.executable, "-c", "import chexretrieve.cli"])
         figures["import_s"] = done["wall"]
         say(f"  (importing the command line alone: {done['wall']:.2f} s wall)")
+        api = figures["api"] = api_searches(url, cases)
+        say(f"  search service in one process: open {api['open']:.2f} s, first search "
+            f"{api['first']:.3f} s, first of Edema {api['other']:.3f} s, then p50 "
+            f"{api['p50']:.3f} s, p95 {api['p95']:.3f} s")  # fmt: skip
 
     servers = []
     try:
@@ -482,6 +516,7 @@ def report(figures: dict, big: int) -> None:
         "serve start": figures.get("serve_start_s"),
         "first search": max(browser.get("first", 0), browser.get("other", 0)) or None,
         "p95 after": float(np.percentile(later, 95)),
+        "p95 after (service)": figures.get("api", {}).get("p95"),
         "RSS beyond the index": figures.get("memory_1", {}).get("beyond"),
         "incremental update": figures.get("update", {}).get("wall"),
         "2 processes / 1": figures.get("two_over_one"),
