@@ -135,6 +135,10 @@ from chexretrieve.app.db_commands import db_app  # noqa: E402
 
 app.add_typer(db_app, name="db")
 
+from chexretrieve.app.index_commands import index_app  # noqa: E402
+
+app.add_typer(index_app, name="index")
+
 
 @app.command("settings")
 def settings_command(

@@ -61,6 +61,7 @@ def search_command(
 
     from chexretrieve.app import AppConfig, open_search_app
     from chexretrieve.density.config import FIT_NOW, DensityConfig
+    from chexretrieve.index import IndexDamaged
     from chexretrieve.search.duplicates import content_signature
     from chexretrieve.search.gallery import SearchFilters
     from chexretrieve.search.output import print_result, result_as_dict
@@ -100,26 +101,28 @@ def search_command(
         # with the process); `chexretrieve density fit` or `ingest --fit-density` do it ahead
         density = DensityConfig(background_fit_above=FIT_NOW)
         service = open_search_app(AppConfig(db_url=db, encoder=encoder, density=density)).service
-        result = service.search(
-            SearchRequest(
-                finding=finding,
-                geometry=geometry,
-                case_id=case,
-                image=radiograph.pixels if radiograph is not None else None,
-                # the image's own study and pixels, when archived, are not results, nor are
-                # archived copies of its content (as PNG, JPEG, another size)
-                query_study_uid=radiograph.metadata.study_uid if radiograph else None,
-                query_pixel_sha256=radiograph.pixel_sha256 if radiograph else None,
-                query_signature=content_signature(radiograph.pixels) if radiograph else None,
-                text=text,
-                anchor_set=anchor_set,
-                top_k=top_k,
-                filters=filters,
-                explain=explain,
-            )
+        request = SearchRequest(
+            finding=finding,
+            geometry=geometry,
+            case_id=case,
+            image=radiograph.pixels if radiograph is not None else None,
+            # the image's own study and pixels, when archived, are not results, nor are
+            # archived copies of its content (as PNG, JPEG, another size)
+            query_study_uid=radiograph.metadata.study_uid if radiograph else None,
+            query_pixel_sha256=radiograph.pixel_sha256 if radiograph else None,
+            query_signature=content_signature(radiograph.pixels) if radiograph else None,
+            text=text,
+            anchor_set=anchor_set,
+            top_k=top_k,
+            filters=filters,
+            explain=explain,
         )
+        try:
+            result = service.search(request)
+        except IndexDamaged:  # an index file failed its seal: rebuilt by now, never served
+            result = service.search(request)
     except ValueError as exc:  # StoreError, EncoderError and bad requests: one line, exit 2
-        console.print(f"[red]error:[/red] {escape(str(exc))}")
+        console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
         raise typer.Exit(2) from None
 
     if as_json:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from chexretrieve.audit.config import AuditConfig
 from chexretrieve.density.config import DensityConfig
+from chexretrieve.index.config import IndexConfig
 from chexretrieve.search.config import SearchConfig
 
 
@@ -27,3 +28,5 @@ class AppConfig:
     audit: AuditConfig = field(default_factory=AuditConfig)
     # the archive density every search is assessed by (OOD flag, rarity; DensityConfig.* rows)
     density: DensityConfig = field(default_factory=DensityConfig)
+    # the archive index searches read the gallery, features and calibrations from (IndexConfig)
+    index: IndexConfig = field(default_factory=IndexConfig)

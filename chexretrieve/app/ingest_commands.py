@@ -111,6 +111,12 @@ def ingest_command(
         help="Fit the archive density (OOD flag, rare cases) at the end; searches otherwise "
         "fit it on first use.",
     ),
+    index: bool = typer.Option(
+        True,
+        "--index/--no-index",
+        help="Bring the archive index up to date at the end (appends the new images; built in "
+        "full on the first ingest); searches read it.",
+    ),
 ) -> None:
     """Ingest DICOM / PNG / JPEG files: decode, embed, store; resumable and idempotent.
 
@@ -152,6 +158,7 @@ def ingest_command(
             executor=executor,
             thumbnail_px=thumbnail_px,
             fit_density=fit_density,
+            index=index,
         )
     except KeyboardInterrupt:
         console.print("[red]interrupted[/red]: committed batches are kept; run again to resume")
@@ -183,18 +190,31 @@ def _pacs_or_usage(console, paths, url, studies, since, spool, insecure, ca_bund
                               strict=strict, split=split, thumbnail_px=thumbnail_px)  # fmt: skip
     except ValueError as exc:
         return _fatal(console, str(exc))
-    return run_dicomweb_ingest(
+    outcome = run_dicomweb_ingest(
         console, url=url, studies=studies, since=since, spool=spool, insecure=insecure,
         ca_bundle=ca_bundle, db=db, encoder_spec=encoder_spec, ingest_config=config,
         read_config=_read_config(modalities), report_path=report_path, device=device,
         show_progress=show_progress,
     )  # fmt: skip
+    if outcome in (0, EXIT_STRICT):
+        _update_index(console, db, encoder_spec, device, show_progress)
+    return outcome
+
+
+def _update_index(console, db, encoder_spec: str, device: str, show_progress: bool) -> None:  # noqa: ANN001
+    """The archive index brought up to the store after a PACS ingest (its own store handle)."""
+    from chexretrieve.app.index_commands import update_after_ingest
+    from chexretrieve.encoders.registry import load_encoder
+    from chexretrieve.store import open_store
+
+    with open_store(db) as store:
+        update_after_ingest(store, load_encoder(encoder_spec, device), console, show_progress)
 
 
 def _run(console, *, paths, db, encoder_spec, labels_paths, workers, batch_size, report_path,  # noqa: ANN001
          strict, split, file_timeout, modalities, device, show_progress,  # noqa: ANN001
          executor="local", thumbnail_px=256, dataset="auto", mimic_labels="chexpert",  # noqa: ANN001
-         report_csvs=(), fit_density=False) -> int:  # noqa: ANN001  # fmt: skip
+         report_csvs=(), fit_density=False, index=True) -> int:  # noqa: ANN001  # fmt: skip
     from chexretrieve.app.dataset_ingest import (
         label_sources,
         store_reports,
@@ -275,6 +295,10 @@ def _run(console, *, paths, db, encoder_spec, labels_paths, workers, batch_size,
             from chexretrieve.app.density_commands import fit_after_ingest
 
             fit_after_ingest(store, encoder, console)
+        if index:
+            from chexretrieve.app.index_commands import update_after_ingest
+
+            update_after_ingest(store, encoder, console, show_progress)
     finally:
         store.close()
     from rich.console import Console

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -9,6 +10,8 @@ from chexretrieve.app.config import AppConfig
 from chexretrieve.app.stores import resolve_read_store
 from chexretrieve.search.service import SearchService
 from chexretrieve.search.sources import StoreAnchorProvider, gallery_from_store
+
+logger = logging.getLogger(__name__)
 
 
 class ArchiveEmptyError(ValueError):
@@ -51,13 +54,22 @@ def load_app_encoder(spec: str, device: str = "auto"):  # noqa: ANN201
 
 
 def open_search_app(
-    config: AppConfig | None = None, *, store: Any = None, encoder: Any = None
+    config: AppConfig | None = None,
+    *,
+    store: Any = None,
+    encoder: Any = None,
+    background: bool = False,
+    progress: Any = None,
 ) -> SearchApp:
     """Open (never create) the store, load the encoder, open the audit trail, build the service.
 
     ``store`` / ``encoder``: already open ones to use instead of ``config.db_url`` /
     ``config.encoder`` (the demo passes the store it just ingested into, tests their stand-in
     encoder). ArchiveEmptyError (a ValueError) when the store lacks the encoder's embeddings.
+    With ``config.index.enabled`` the gallery is the archive index's (built or brought up to
+    date first when its folder is writable; ``progress(what, done, total)`` hears how far);
+    ``background``: what the index lacks is prepared by background jobs (`serve`), not during
+    the call.
     """
     from chexretrieve.audit import open_audit_log
     from chexretrieve.store import StoreConfig, open_store
@@ -80,6 +92,18 @@ def open_search_app(
         )
     audit = open_audit_log(config.audit)
     anchors = StoreAnchorProvider(store, encoder, config.anchors_dir)
+    index = open_index(config, store, encoder.encoder_id, anchors, background, progress)
+    if index is not None:
+        from chexretrieve.index.services import IndexAnchors, IndexDensityProvider
+
+        anchors = IndexAnchors(anchors, index)
+        density = None
+        if config.density.enabled:
+            density = IndexDensityProvider(store, encoder.encoder_id, config.density, anchors)
+        service = SearchService(index.gallery, anchors, encoder=encoder, config=config.search,
+                                audit=audit, revision=index.revision_token, density=density,
+                                thumbnails=store.read_thumbnails, index=index)  # fmt: skip
+        return SearchApp(config, store, encoder, anchors, audit, service)
     density = None
     if config.density.enabled:
         from chexretrieve.density import ArchiveDensityProvider
@@ -96,3 +120,26 @@ def open_search_app(
         thumbnails=store.read_thumbnails,
     )
     return SearchApp(config, store, encoder, anchors, audit, service)
+
+
+def open_index(config: AppConfig, store, encoder_id: str, anchors, background: bool, progress):  # noqa: ANN001, ANN201
+    """The archive index of ``store`` (built or updated first when its folder is writable), or
+    None when it is turned off or cannot be read or built here (the store's gallery then)."""
+    if not config.index.enabled:
+        return None
+    from chexretrieve.index import ArchiveIndex, IndexUnavailable, index_folder
+
+    folder = index_folder(store, encoder_id, config.index)
+    index = ArchiveIndex(folder, store, encoder_id, anchors, config.index, config.search,
+                         config.density, background=background)  # fmt: skip
+    try:
+        manifest = index.open(build=True, progress=progress)
+    except (IndexUnavailable, OSError) as exc:
+        logger.warning("the archive index %s cannot be used (%s); the gallery is read from "
+                       "the store", folder, exc)  # fmt: skip
+        return None
+    if manifest is None or manifest.rows == 0:
+        logger.warning("no archive index in %s (not writable here: run `chexretrieve index "
+                       "build`); the gallery is read from the store", folder)  # fmt: skip
+        return None
+    return index

@@ -77,9 +77,10 @@ def ingest_demo_archive(config: DemoConfig, store, encoder) -> None:
             paths, store, encoder, IngestConfig(), labels=labels, progress=progress
         )
     render_summary(report, console)
-    from chexretrieve.app.density_commands import fit_after_ingest
+    from chexretrieve.app.index_commands import update_after_ingest
 
-    fit_after_ingest(store, encoder, console)  # the first search need not fit it
+    # the archive index: features, calibrations and density ready before the first search
+    update_after_ingest(store, encoder, console)
 
 
 def real_radiograph() -> Path | None:
@@ -139,8 +140,9 @@ def example_search(config: DemoConfig, store) -> None:
     service = open_search_app(app_config, store=store).service
     gallery = service.gallery
     finding = "Pleural Effusion"
-    positive = gallery.labels[finding].to_numpy() == 1.0
-    valid = (gallery.metadata["split"] == "valid").to_numpy()
+    positive = gallery.label_values(finding) == 1.0
+    splits, names = gallery.columns.codes("split")
+    valid = splits == (list(names).index("valid") if "valid" in list(names) else -2)
     rows = (positive & valid).nonzero()[0]
     case = int(gallery.image_ids[rows[0] if len(rows) else 0])
     for geometry in ("cosine", "softmax"):

@@ -336,6 +336,26 @@ _STORE_FALLBACKS = (
 )
 
 
+def archived_gallery(store, encoder_id: str):
+    """(image ids, embeddings, metadata frame) of one encoder's archive: memory-mapped from the
+    archive index when it is current (chexretrieve.index), else read from the store."""
+    from types import SimpleNamespace
+
+    from chexretrieve.index import IndexConfig, IndexGallery, IndexUnavailable, index_folder
+    from chexretrieve.index.manifest import read_manifest
+
+    try:
+        manifest = read_manifest(index_folder(store, encoder_id, IndexConfig()))
+    except IndexUnavailable:
+        manifest = None
+    if manifest is None or manifest.revision != store.archive_revision() or not manifest.rows:
+        return store.gallery(encoder_id)
+    gallery = IndexGallery(manifest)
+    return SimpleNamespace(
+        image_ids=gallery.image_ids, vectors=gallery.embeddings, metadata=gallery.metadata
+    )
+
+
 def store_source(
     url: str,
     encoder_specs: Sequence[str],
@@ -356,7 +376,7 @@ def store_source(
     store = open_store(config=StoreConfig(url=url, create_if_missing=False))  # read only
     try:
         encoders = [load_encoder(spec, config=encoder_config) for spec in encoder_specs]
-        galleries = [store.gallery(e.encoder_id) for e in encoders]
+        galleries = [archived_gallery(store, e.encoder_id) for e in encoders]
         labels = store.labels_frame(metadata=True)  # patient, study, view, split, path
     finally:
         store.close()

@@ -80,9 +80,12 @@ def calibrate(
     top_k: int,
     n_queries: int,
     seed: int = 0,
+    nearest_of: Callable[[int, np.ndarray], float] | None = None,
 ) -> RankCalibration | None:
     """``scores_of(image id)`` -> (scores, eligible) over the gallery rows for that archived
-    query. None when fewer than 10 images have a known status."""
+    query. None when fewer than 10 images have a known status. ``nearest_of(row, eligible)``:
+    the row's highest cosine with an eligible row, when the caller scans it without copying the
+    gallery (then ``embeddings`` is not read; by default ``embeddings[eligible] @ row``)."""
     status = statuses(labels)
     known = np.flatnonzero(~np.isnan(status))
     if len(known) < 10:
@@ -93,7 +96,7 @@ def calibrate(
     same = np.zeros(top_k)
     counted = np.zeros(top_k)
     nearest = []
-    rows = np.asarray(embeddings, dtype=np.float32)
+    rows = np.asarray(embeddings, dtype=np.float32) if nearest_of is None else None
     for row in picked:
         scores, eligible = scores_of(int(image_ids[row]))
         allowed = np.flatnonzero(eligible)
@@ -104,6 +107,9 @@ def calibrate(
         usable = ~np.isnan(found)
         same[: len(order)] += (found == status[row]) & usable
         counted[: len(order)] += usable
+        if nearest_of is not None:
+            nearest.append(float(nearest_of(int(row), np.asarray(eligible, dtype=bool))))
+            continue
         cosines = rows[allowed] @ rows[row]
         nearest.append(float(cosines.max()))
     if counted.sum() == 0:

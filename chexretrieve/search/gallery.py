@@ -23,8 +23,30 @@ METADATA_COLUMNS = (
 )
 
 
+class RowLookup:
+    """``in`` and ``row_of`` over a gallery's ``_find(image id) -> row or None``."""
+
+    encoder_id: str
+
+    def _find(self, image_id: object) -> int | None:
+        raise NotImplementedError
+
+    def __contains__(self, image_id: object) -> bool:
+        return self._find(image_id) is not None
+
+    def row_of(self, image_id: int) -> int:
+        """Row of an image id; ValueError naming the id when it is not in this gallery."""
+        row = self._find(image_id)
+        if row is None:
+            raise ValueError(
+                f"case {image_id} is not in the archive for encoder {self.encoder_id!r}; "
+                "pick an ingested case id (see `chexretrieve search --help`)"
+            )
+        return row
+
+
 @dataclass(frozen=True, eq=False)
-class Gallery:
+class Gallery(RowLookup):
     """Everything search needs about the archived images of one encoder, row-aligned.
 
     ``embeddings`` are the encoder's unit vectors (float32; float16 when the search service
@@ -73,31 +95,51 @@ class Gallery:
         return int(self.embeddings.shape[1])
 
     def _find(self, image_id: object) -> int | None:
-        try:
-            wanted = int(image_id)  # type: ignore[call-overload]
-        except (TypeError, ValueError):
-            return None
-        ids: np.ndarray = self._sorted_ids  # type: ignore[attr-defined]
-        if not len(ids) or not ids[0] <= wanted <= ids[-1]:
-            return None
-        position = int(np.searchsorted(ids, wanted, side="right")) - 1
-        if ids[position] != wanted:
-            return None
-        order = self._sorted_rows  # type: ignore[attr-defined]
-        return position if order is None else int(order[position])
+        return find_row(self._sorted_ids, self._sorted_rows, image_id)  # type: ignore[attr-defined]
 
-    def __contains__(self, image_id: object) -> bool:
-        return self._find(image_id) is not None
+    # -------------------------------------------- what the search service and the UI read
+    # (chexretrieve.index.IndexGallery offers the same over memory-mapped files)
+    def has_column(self, name: str) -> bool:
+        return name in self.metadata.columns
 
-    def row_of(self, image_id: int) -> int:
-        """Row of an image id; ValueError naming the id when it is not in this gallery."""
-        row = self._find(image_id)
-        if row is None:
-            raise ValueError(
-                f"case {image_id} is not in the archive for encoder {self.encoder_id!r}; "
-                "pick an ingested case id (see `chexretrieve search --help`)"
+    def value(self, name: str, row: int):
+        """One metadata value of one row."""
+        return _native(self.metadata[name].iloc[int(row)])
+
+    def metadata_of(self, image_id: int) -> dict:
+        return self.metadata.loc[int(image_id)].to_dict()
+
+    def labels_of(self, image_id: int) -> dict:
+        return self.labels.loc[int(image_id)].to_dict()
+
+    def label_values(self, finding: str) -> np.ndarray | None:
+        """One finding's labels over every row (1 / 0 / -1, NaN blank); None without them."""
+        name = canonical_finding(finding)
+        if name not in self.labels.columns:
+            return None
+        return self.labels[name].to_numpy(dtype=float)
+
+    def category_values(self, name: str) -> list[str]:
+        """The distinct known values of a metadata column (views, sexes, splits)."""
+        values = self.metadata[name].dropna().astype(str)
+        return sorted(v for v in values.unique() if v.strip())
+
+    def embedding_rows(self, rows) -> np.ndarray:
+        """(len(rows), d) embeddings of the given rows."""
+        return np.asarray(self.embeddings[np.atleast_1d(np.asarray(rows, dtype=np.int64))])
+
+    def embedding_keys(self):
+        """The embeddings as a ``KeyMatrix`` (the one holding them when the service stored them
+        so, else a float32 copy made once) for nearest-neighbour scans by cosine."""
+        from chexretrieve.search.scoring import KeyMatrix
+
+        keys = self.__dict__.get("_keys")
+        if keys is None:
+            keys = KeyMatrix.owning(self.embeddings) or KeyMatrix.from_rows(
+                self.embeddings, "float32"
             )
-        return row
+            object.__setattr__(self, "_keys", keys)
+        return keys
 
 
 class GalleryColumns:
@@ -187,6 +229,22 @@ def _reader(column: pd.Series):
     return lambda rows: [_native(v) for v in values.take(rows)]
 
 
+def find_row(sorted_ids: np.ndarray, order: np.ndarray | None, image_id: object) -> int | None:
+    """The row of ``image_id`` by binary search over the sorted ids (``order``: their rows when
+    the rows are not in id order; equal ids: the last row), None when absent."""
+    try:
+        wanted = int(image_id)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        return None
+    ids = sorted_ids
+    if not len(ids) or not ids[0] <= wanted <= ids[-1]:
+        return None
+    position = int(np.searchsorted(ids, wanted, side="right")) - 1
+    if ids[position] != wanted:
+        return None
+    return position if order is None else int(order[position])
+
+
 def with_embeddings(gallery: Gallery, embeddings: np.ndarray) -> Gallery:
     """The same gallery over other storage of the same embedding rows (e.g. rounded to float16):
     ids, metadata, labels, fingerprint and row index are shared, nothing is recomputed."""
@@ -197,6 +255,7 @@ def with_embeddings(gallery: Gallery, embeddings: np.ndarray) -> Gallery:
         )
     stored = copy.copy(gallery)  # a shallow copy: __post_init__ does not run again
     object.__setattr__(stored, "embeddings", embeddings)
+    stored.__dict__.pop("_keys", None)  # keys over the other storage
     return stored
 
 
@@ -260,8 +319,8 @@ def filter_mask(gallery: Gallery, filters: SearchFilters, finding: str) -> np.nd
         if filters.date_to:
             mask &= (dates <= pd.Timestamp(filters.date_to)).to_numpy()
     if filters.label_known:
-        name = canonical_finding(finding)
-        mask &= gallery.labels[name].notna().to_numpy()
+        labels = gallery.label_values(finding)
+        mask &= np.zeros(len(gallery), dtype=bool) if labels is None else ~np.isnan(labels)
     return mask
 
 

@@ -118,6 +118,39 @@ def _stored_width(width: int, dtype: np.dtype) -> int:
     return -(-width // lanes) * lanes
 
 
+def stored_width(width: int, dtype: str) -> int:
+    """The row width a KeyMatrix of ``dtype`` holds ``width`` numbers in (float16 rows padded to
+    FAISS's SIMD lanes)."""
+    return _stored_width(int(width), np.dtype(check_storage_dtype(dtype)))
+
+
+_HEADERS: dict[tuple, bytes] = {}
+
+
+def _faiss_header(dtype: np.dtype, width: int, rows: int) -> bytes:
+    """The bytes FAISS writes before the rows of a flat index of ``rows`` rows: the header of a
+    one-row index of the kind, with its row count and its codes' length scaled to ``rows``."""
+    key = (dtype.name, width)
+    if key not in _HEADERS:
+        faiss = _faiss()
+        if dtype == np.float32:
+            index = faiss.IndexFlatIP(width)
+        else:
+            index = faiss.IndexScalarQuantizer(
+                width, faiss.ScalarQuantizer.QT_fp16, faiss.METRIC_INNER_PRODUCT
+            )
+        index.add(np.zeros((1, width), dtype=np.float32))
+        data = faiss.serialize_index(index).tobytes()
+        _HEADERS[key] = data[: len(data) - width * dtype.itemsize]
+    one = bytearray(_HEADERS[key])
+    if one[8:16] != (1).to_bytes(8, "little"):
+        raise ValueError("unexpected FAISS index header (its row count is not where it was)")
+    unit = int.from_bytes(one[-8:], "little")  # the codes' length of one row, in FAISS's unit
+    one[8:16] = int(rows).to_bytes(8, "little")
+    one[-8:] = (unit * int(rows)).to_bytes(8, "little")
+    return bytes(one)
+
+
 def _one_omp_thread() -> None:
     _faiss().omp_set_num_threads(1)  # per thread: each part of a scan runs on one core
 
@@ -210,6 +243,56 @@ class KeyMatrix:
             keys._index.ntotal = n
         keys._refresh_view()
         return keys
+
+    @classmethod
+    def mapped(
+        cls, path, offset: int, rows: int, width: int, stored_width: int, dtype: str
+    ) -> KeyMatrix:
+        """The (rows, stored_width) ``dtype`` rows stored in the file ``path`` from byte
+        ``offset`` (a row file of the archive index), scanned where they lie: no copy.
+
+        The file is mapped privately (copy on write): its pages are the page cache's, shared by
+        every process mapping it, except the one page where a FAISS header (as FAISS writes one
+        for this index) is written over the end of the file's own header, just before the rows.
+        FAISS then reads the index from that memory without copying the rows
+        (``ZeroCopyIOReader``). ``offset`` must leave room for that header."""
+        import mmap
+
+        faiss = _faiss()
+        keys = cls(width, dtype)
+        if stored_width < width:
+            raise ValueError(f"stored rows are {stored_width} wide, narrower than {width}")
+        header = _faiss_header(keys.dtype, stored_width, rows)
+        if len(header) > offset:
+            raise ValueError(f"{path}: {offset} header bytes leave no room for FAISS's header")
+        nbytes = rows * stored_width * keys.dtype.itemsize
+        with open(path, "rb") as handle:
+            if rows == 0:
+                return keys
+            mapping = mmap.mmap(handle.fileno(), offset + nbytes, access=mmap.ACCESS_COPY)
+        memory = np.frombuffer(mapping, dtype=np.uint8, count=offset + nbytes)
+        memory[offset - len(header) : offset] = np.frombuffer(header, dtype=np.uint8)
+        start = memory[offset - len(header) :]
+        reader = faiss.ZeroCopyIOReader(faiss.swig_ptr(start), len(header) + nbytes)
+        index = faiss.read_index(reader, faiss.IO_FLAG_MMAP_IFC)
+        if index.codes.is_owned or int(index.ntotal) != rows or int(index.d) != stored_width:
+            raise ValueError(f"{path}: FAISS did not map the rows in place")
+        keys._index = index
+        keys._mapping = memory  # the rows (and the mapping under them) live as long as the keys
+        view = memory[offset:].view(keys.dtype).reshape(rows, stored_width)[:, :width]
+        view.flags.writeable = False
+        keys._array = view
+        return keys
+
+    @property
+    def stored_rows(self) -> np.ndarray:
+        """The rows as FAISS holds them, padding columns included ((n, stored width), no copy):
+        what a row file of the archive index stores, so that ``mapped`` can scan it."""
+        n = len(self)
+        if n == 0:
+            return np.empty((0, self._stored_width), dtype=self.dtype)
+        raw = _faiss().rev_swig_ptr(self._index.codes.data(), self.nbytes)
+        return raw.view(self.dtype).reshape(n, self._stored_width)
 
     def extend(self, chunks) -> None:
         """Append row chunks (each (m, width), any float dtype); only before the rows are used."""
@@ -364,7 +447,25 @@ class KeyMatrix:
         if self.dtype == np.float32:
             return self._array @ query
         out = np.empty(len(self), dtype=np.float32)
-        for start in range(0, len(self), ROW_CHUNK):
-            block = self._array[start : start + ROW_CHUNK].astype(np.float32)
-            np.matmul(block, query, out=out[start : start + len(block)])
+        with one_blas_thread():  # small products: more BLAS threads only wait on each other
+            for start in range(0, len(self), ROW_CHUNK):
+                block = self._array[start : start + ROW_CHUNK].astype(np.float32)
+                np.matmul(block, query, out=out[start : start + len(block)])
         return out
+
+
+def rank_exactly(features: KeyMatrix, vector, offset, mask, candidates, k, image_ids, threads=1):
+    """(rows, scores), best first, ties by image id: the exact top k of the eligible rows."""
+    if k == 0:
+        return np.empty(0, dtype=np.int64), np.empty(0)
+    allowed = None if candidates == len(mask) else mask
+    # one row more than wanted shows whether a tie crosses the cut (then the lowest ids must win)
+    found, rows = features.top_k(vector, k + 1, allowed, threads)
+    if len(found) > k and found[k - 1] == found[k]:
+        scores = np.where(mask, features.inner_products(vector), -np.inf)
+        kth = -np.partition(-scores, k - 1)[k - 1]
+        rows = np.flatnonzero(scores >= kth)  # every row tied with the k-th
+        found = scores[rows]
+    found = found.astype(np.float64) + offset
+    order = np.lexsort((image_ids[rows], -found))[:k]
+    return rows[order], found[order]

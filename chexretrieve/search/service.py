@@ -16,8 +16,6 @@ import dataclasses
 import os
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Protocol
 
 import numpy as np
 
@@ -37,95 +35,26 @@ from chexretrieve.search.features import (
     parse_geometry,
 )
 from chexretrieve.search.gallery import Gallery, SearchFilters, filter_mask, with_embeddings
-from chexretrieve.search.scoring import KeyMatrix, one_blas_thread
+from chexretrieve.search.requests import (
+    AnchorProvider,
+    AnchorSetRef,
+    FeaturesBeingPrepared,
+    SearchHit,
+    SearchRequest,
+    SearchResult,
+)
+from chexretrieve.search.scoring import KeyMatrix, one_blas_thread, rank_exactly
 
-
-@dataclass(frozen=True)
-class AnchorSetRef:
-    # "id@version" of the anchor set
-    key: str
-    # content hash of the set (changes with every edit)
-    content_hash: str
-    # the sentences, in the order of the embedding rows
-    sentences: tuple[str, ...]
-    # (N, d) unit text embeddings of the sentences under the service's encoder
-    embeddings: np.ndarray
-    # "positive" / "negative" per sentence (what it says of the finding); () when not known
-    polarities: tuple[str, ...] = ()
-
-
-class AnchorProvider(Protocol):
-    def anchor_set(self, finding: str, key: str | None) -> AnchorSetRef:
-        """The finding's anchor set (``key`` = "id@version", None = latest), embedded."""
-        ...
-
-    def broad_prior(self) -> tuple[str, np.ndarray]:
-        """(content hash, (M, d) embeddings) of the broad clinical prior corpus."""
-        ...
-
-
-@dataclass(frozen=True)
-class SearchRequest:
-    # the finding that defines similarity (a CheXpert name)
-    finding: str
-    # geometry name (see chexretrieve.search.features.GEOMETRY_CHOICES)
-    geometry: str = "softmax"
-    # archived case (image id) to query by; exactly one of case_id / image_embedding / image
-    case_id: int | None = None
-    # an already computed unit embedding of an uploaded image
-    image_embedding: np.ndarray | None = None
-    # decoded pixels of an uploaded image (2-D float32 in [0, 1]); embedded on the fly
-    image: np.ndarray | None = None
-    # optional free text combined with the image (composite query)
-    text: str | None = None
-    # anchor set "id@version"; None = the finding's latest set
-    anchor_set: str | None = None
-    # results wanted; None = SearchConfig.default_top_k
-    top_k: int | None = None
-    # metadata filters
-    filters: SearchFilters = field(default_factory=SearchFilters)
-    # image ids the user marked relevant (relevance feedback)
-    relevant: tuple[int, ...] = ()
-    # image ids the user marked not relevant (relevance feedback)
-    not_relevant: tuple[int, ...] = ()
-    # attach an anchor explanation to every hit
-    explain: bool = False
-    # StudyInstanceUID of an uploaded query: archived images of that study are never returned
-    # (an archived case's own study is always excluded)
-    query_study_uid: str | None = None
-    # pixel hash of an uploaded query (chexretrieve.dicom.Radiograph.pixel_sha256): archived
-    # images with exactly these pixels are never returned, whatever their UIDs
-    query_pixel_sha256: str | None = None
-    # content signature of an uploaded query (chexretrieve.search.duplicates.content_signature):
-    # archived copies of it (re-encoded as PNG / JPEG, resized) are never returned
-    query_signature: np.ndarray | None = None
-    # archived images never returned (the case lookup passes the results marked not relevant)
-    exclude_ids: tuple[int, ...] = ()
-
-
-@dataclass(frozen=True)
-class SearchHit:
-    rank: int
-    image_id: int
-    score: float
-    metadata: dict
-    labels: dict
-    explanation: Explanation | None = None
-    # with explain and an archive density: the result's concept decomposition (ConceptShare)
-    concepts: tuple = ()
-
-
-@dataclass(frozen=True)
-class SearchResult:
-    finding: str
-    geometry: str
-    anchor_set: str
-    encoder_id: str
-    hits: tuple[SearchHit, ...]
-    candidates: int  # gallery rows that passed the filters
-    # chexretrieve.density QueryDensity (log-density, percentile, OOD flag) or DensityUnavailable;
-    # None when the service has no density provider
-    density: object | None = None
+__all__ = [
+    "AnchorProvider",
+    "AnchorSetRef",
+    "FeaturesBeingPrepared",
+    "SearchHit",
+    "SearchRequest",
+    "SearchResult",
+    "SearchService",
+    "top_ids",
+]
 
 
 class SearchService:
@@ -141,8 +70,12 @@ class SearchService:
         revision: Callable[[], int] | None = None,
         density=None,
         thumbnails=None,
+        index=None,
     ):
         self.config = config or SearchConfig()
+        # optional archive index (chexretrieve.index.ArchiveIndex): the gallery's features and
+        # rank calibrations as built at ingest, scanned in place; what it lacks is computed here
+        self.index = index
         # optional chexretrieve.density.ArchiveDensityProvider: every search is assessed by it
         self.density = density
         # the archive's generation (chexretrieve.store.Store.archive_revision): read before every
@@ -156,6 +89,7 @@ class SearchService:
         # archived images, to find copies of an uploaded query (chexretrieve.search.duplicates)
         self.thumbnails = thumbnails
         self._copies_cache: dict[tuple, tuple[int, ...]] = {}
+        self._nearest: dict[tuple, float] = {}  # nearest_cosine of the last queries
         # (archive fingerprint, geometry, anchor set, finding, top k) -> RankCalibration; only the
         # current archive's entries are kept (rank_calibration drops the others)
         self._calibrations: dict[tuple, object] = {}
@@ -218,7 +152,9 @@ class SearchService:
 
     def _stored(self, gallery: Gallery) -> Gallery:
         """The gallery with its embeddings held once, in SearchConfig.storage_dtype, in the
-        ``KeyMatrix`` that cosine and ITI search scan directly."""
+        ``KeyMatrix`` that cosine and ITI search scan directly (an index's mapped gallery as is)."""
+        if getattr(gallery, "mapped", False):
+            return gallery
         keys = KeyMatrix.owning(gallery.embeddings)
         if keys is not None and keys.dtype == self.config.storage_dtype:
             return gallery
@@ -280,7 +216,9 @@ class SearchService:
         if ranked is None:
             vector, offset = self._query_vector(geometry, features, query, request, gallery)
             threads = self.config.scan_threads or os.cpu_count() or 1
-            ranked = _rank_exactly(features, vector, offset, mask, candidates, k, gallery, threads)
+            ranked = rank_exactly(
+                features, vector, offset, mask, candidates, k, gallery.image_ids, threads
+            )
         rows, scores = ranked
         hits = self._hits(rows, scores, gallery, query, anchor_set, request.explain)
         assessment = None
@@ -299,8 +237,8 @@ class SearchService:
         )
         if self.audit is not None:
             study = request.query_study_uid
-            if request.case_id is not None and "study_uid" in gallery.metadata:
-                study = gallery.metadata["study_uid"].get(int(request.case_id))
+            if request.case_id is not None and gallery.has_column("study_uid"):
+                study = gallery.value("study_uid", gallery.row_of(int(request.case_id)))
             extra = {} if assessment is None else {"density": assessment.audit_fields()}
             self.audit.search(user, request, result, query_study=study, **extra)
         return result
@@ -316,9 +254,10 @@ class SearchService:
         )
         return scores, mask
 
-    def _score_gallery(self, request, finding, spec, gallery):
+    def _score_gallery(self, request, finding, spec, gallery, anchor_set=None):
         query, own_row = self._query_embedding(request, gallery)
-        anchor_set = self.anchors.anchor_set(finding, request.anchor_set)
+        if anchor_set is None:
+            anchor_set = self.anchors.anchor_set(finding, request.anchor_set)
         geometry, features, _ = self._features(spec, anchor_set, gallery)
         scores = self._scores(geometry, features, query, request, gallery)
         return scores, self._eligible(request, finding, gallery, own_row), query, anchor_set
@@ -341,7 +280,7 @@ class SearchService:
             ("study_uid", request.query_study_uid),
             ("pixel_sha256", request.query_pixel_sha256),
         ):
-            if value and column in gallery.metadata:
+            if value and gallery.has_column(column):
                 mask &= gallery.columns.not_equal(column, value)  # type: ignore[attr-defined]
         return mask
 
@@ -375,8 +314,26 @@ class SearchService:
 
     def rank_calibration(self, request: SearchRequest, top_k: int):
         """The chance, at ranks 1..top_k, that a result shares the query's finding status under
-        the request's geometry, anchor set and finding, measured on the labelled archive (cached
-        per archive; see chexretrieve.search.calibration). None without enough labels."""
+        the request's geometry, anchor set and finding, measured on the labelled archive (see
+        chexretrieve.search.calibration): as the archive index stored it at ingest, else
+        measured here once per archive. None without enough labels (or, with an index, while
+        it is measured in the background)."""
+        if self.index is not None:
+            finding = canonical_finding(request.finding)
+            anchor_set = self.anchors.anchor_set(finding, request.anchor_set)
+            spec = parse_geometry(request.geometry)
+            gallery = self.gallery
+            geometry, key = self._geometry(spec, anchor_set)
+            known, found = self.index.calibration(gallery, geometry, key, spec, anchor_set,
+                                                  finding, int(top_k))  # fmt: skip
+            if known:
+                return found
+        return self.measure_calibration(request, top_k)
+
+    def measure_calibration(self, request: SearchRequest, top_k: int, nearest=None):
+        """``rank_calibration`` measured now on the current gallery (cached per archive).
+        ``nearest``: {row: its highest cosine with a row of another study} already computed
+        for some rows (the archive index computes the sampled rows' in one pass)."""
         from chexretrieve.search.calibration import calibrate
 
         gallery = self.gallery
@@ -387,36 +344,69 @@ class SearchService:
         if key not in cache:
             for stale in [k for k in list(cache) if k[0] != gallery.fingerprint]:
                 cache.pop(stale, None)  # an older archive's (list(): other threads may add)
-            if finding not in gallery.labels:
+            labels = gallery.label_values(finding)
+            if labels is None:
                 return None
 
             spec = parse_geometry(request.geometry)
+            anchor_set = self.anchors.anchor_set(finding, anchor_key)
 
             def scores_of(image_id: int):
                 # every probe against the gallery the labels and embeddings below come from: an
                 # ingest during the calibration must not hand back a longer gallery's scores
                 probe = SearchRequest(finding=finding, geometry=request.geometry,
                                       case_id=image_id, anchor_set=anchor_key)  # fmt: skip
-                scores, mask, _, _ = self._score_gallery(probe, finding, spec, gallery)
+                scores, mask, _, _ = self._score_gallery(probe, finding, spec, gallery, anchor_set)
                 return scores, mask
 
+            keys = embedding_keys(gallery)
+
+            def nearest_of(row: int, eligible) -> float:
+                if nearest is not None and row in nearest:
+                    return nearest[row]
+                found, _ = keys.top_k(keys.rows([row])[0], 1, eligible)
+                return float(found[0]) if len(found) else float("nan")
+
             cache[key] = calibrate(
-                scores_of, gallery.image_ids, gallery.labels[finding].to_numpy(dtype=float),
-                gallery.embeddings, int(top_k), self.config.calibration_queries,
-                self.config.fit_seed,
+                scores_of, gallery.image_ids, labels, None, int(top_k),
+                self.config.calibration_queries, self.config.fit_seed, nearest_of=nearest_of,
             )  # fmt: skip
         return cache[key]
 
     def nearest_cosine(self, request: SearchRequest) -> float:
-        """The query's highest cosine with an archived image other than its own study."""
+        """The query's highest cosine with an archived image other than its own study (kept
+        for the last queries: a query searched again under another finding scans nothing)."""
         gallery = self._gallery_for(request)
+        embedding = request.image_embedding
+        key = (gallery.fingerprint, request.case_id, request.query_study_uid,
+               None if embedding is None else np.asarray(embedding).tobytes(),
+               request.query_pixel_sha256, request.exclude_ids)  # fmt: skip
+        with self._gallery_lock:
+            if request.image is None and key in self._nearest:
+                return self._nearest[key]
+        try:
+            value = self._nearest_cosine(request, gallery)
+        except _NotYet:
+            return float("nan")
+        if request.image is None:
+            with self._gallery_lock:
+                if len(self._nearest) >= 64:
+                    self._nearest.pop(next(iter(self._nearest)))
+                self._nearest[key] = value
+        return value
+
+    def _nearest_cosine(self, request: SearchRequest, gallery) -> float:
+        if not getattr(gallery, "embeddings_ready", lambda: True)():
+            # an index whose embeddings are still being verified in the background: the note
+            # this value feeds is left out rather than a search waiting seconds for it
+            raise _NotYet
         query, own_row = self._query_embedding(dataclasses.replace(request, text=None), gallery)
         mask = self._eligible(dataclasses.replace(request, filters=SearchFilters()),
                               canonical_finding(request.finding), gallery, own_row)  # fmt: skip
         if not mask.any():
             return float("nan")
-        rows = np.asarray(gallery.embeddings)[mask].astype(np.float32)
-        return float((rows @ query.astype(np.float32)).max())
+        found, _ = embedding_keys(gallery).top_k(query.astype(np.float32), 1, mask)
+        return float(found[0])
 
     def _ranks_by_index(self, request: SearchRequest, gallery: Gallery) -> bool:
         return (
@@ -494,7 +484,7 @@ class SearchService:
         own_row = None
         if request.case_id is not None:
             own_row = gallery.row_of(request.case_id)
-            query = gallery.embeddings[own_row].astype(np.float64)
+            query = gallery.embedding_rows([own_row])[0].astype(np.float64)
         elif request.image_embedding is not None:
             query = np.asarray(request.image_embedding, dtype=np.float64).reshape(-1)
         else:
@@ -519,8 +509,9 @@ class SearchService:
             raise ValueError(f"searching by {what} needs an encoder; start the service with one")
         return self.encoder
 
-    def _features(self, spec: GeometrySpec, anchor_set: AnchorSetRef, gallery: Gallery):
-        geometry, key = self.cache.geometry(
+    def _geometry(self, spec: GeometrySpec, anchor_set: AnchorSetRef):
+        """(fitted geometry, its key): fitted once per anchor set and geometry (memory cache)."""
+        return self.cache.geometry(
             spec,
             anchor_set.embeddings,
             anchor_set.content_hash,
@@ -528,6 +519,15 @@ class SearchService:
             self.anchors.broad_prior if spec.posterior else None,
             self.config.fit_seed,
         )
+
+    def _features(self, spec: GeometrySpec, anchor_set: AnchorSetRef, gallery: Gallery):
+        """(geometry, gallery features, key): from the archive index when it holds them (it may
+        raise FeaturesBeingPrepared while it builds them), else computed and cached here."""
+        geometry, key = self._geometry(spec, anchor_set)
+        if self.index is not None:
+            features = self.index.features(gallery, geometry, key, spec, anchor_set)
+            if features is not None:
+                return geometry, features, key
         features = self.cache.gallery_features(
             geometry,
             key,
@@ -590,27 +590,20 @@ class SearchService:
         return tuple(hits)
 
 
-def _rank_exactly(features: KeyMatrix, vector, offset, mask, candidates, k, gallery, threads=1):
-    """(rows, scores), best first, ties by image id: the exact top k of the eligible rows."""
-    if k == 0:
-        return np.empty(0, dtype=np.int64), np.empty(0)
-    allowed = None if candidates == len(mask) else mask
-    # one row more than wanted shows whether a tie crosses the cut (then the lowest ids must win)
-    found, rows = features.top_k(vector, k + 1, allowed, threads)
-    if len(found) > k and found[k - 1] == found[k]:
-        scores = np.where(mask, features.inner_products(vector), -np.inf)
-        kth = -np.partition(-scores, k - 1)[k - 1]
-        rows = np.flatnonzero(scores >= kth)  # every row tied with the k-th
-        found = scores[rows]
-    found = found.astype(np.float64) + offset
-    order = np.lexsort((gallery.image_ids[rows], -found))[:k]
-    return rows[order], found[order]
+class _NotYet(Exception):
+    """A value that needs files still being verified (not remembered; asked again later)."""
 
 
 def _unit_row(gallery: Gallery, row: int) -> np.ndarray:
     """A gallery embedding as a float64 unit vector (float16 storage rounds it off the sphere)."""
-    vector = gallery.embeddings[row].astype(np.float64)
+    vector = gallery.embedding_rows([row])[0].astype(np.float64)
     return vector / np.linalg.norm(vector)
+
+
+def embedding_keys(gallery) -> KeyMatrix:
+    """The gallery's embeddings as a KeyMatrix (an index's mapped file, or the rows the service
+    stored), for nearest-neighbour scans by cosine."""
+    return gallery.embedding_keys()
 
 
 def _label(value) -> float | None:

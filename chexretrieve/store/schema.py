@@ -246,6 +246,20 @@ class ArchiveRevision(Base):
     updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
 
 
+class ArchiveChange(Base):
+    """The images one write changed, with the archive revision that write made: a new image, a
+    new embedding of a stored one, changed labels or metadata (``image_id``), or a change of no
+    image, such as a report (``image_id`` NULL). The archive index (``chexretrieve.index``)
+    reads only the images changed since the revision it was built at, instead of the archive."""
+
+    __tablename__ = "archive_changes"
+    __table_args__ = (Index("ix_archive_changes_revision", "revision"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    revision: Mapped[int] = mapped_column(BigInteger)
+    image_id: Mapped[int | None] = mapped_column(Integer)
+
+
 #: what a DICOMweb ingest knows about a study / an instance of one PACS (chexretrieve.pacs)
 PACS_STUDY_STATUSES = ("partial", "complete")
 PACS_INSTANCE_STATUSES = ("stored", "rejected", "conflict", "transfer-failed")

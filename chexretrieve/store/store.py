@@ -20,6 +20,7 @@ from sqlalchemy import Connection, and_, delete, func, insert, select, text, upd
 from sqlalchemy.exc import DatabaseError, IntegrityError
 
 from chexretrieve.store import cases, writes
+from chexretrieve.store.archive_reads import ArchiveReads
 from chexretrieve.store.config import StoreConfig
 from chexretrieve.store.dataset_records import DatasetRecords
 from chexretrieve.store.engine import (
@@ -58,6 +59,7 @@ from chexretrieve.store.schema import (
     OUTCOMES,
     RUN_STATUSES,
     AnchorEmbedding,
+    ArchiveChange,
     ArchiveRevision,
     Embedding,
     EncoderRow,
@@ -90,9 +92,10 @@ def open_store(url: str | None = None, config: StoreConfig | None = None) -> Sto
     return Store(config)
 
 
-class Store(DatasetRecords):
+class Store(DatasetRecords, ArchiveReads):
     """All database access of chexretrieve goes through this class (the data-set columns and
-    reports: ``dataset_records.DatasetRecords``)."""
+    reports: ``dataset_records.DatasetRecords``; the archive index's column reads:
+    ``archive_reads.ArchiveReads``)."""
 
     def __init__(self, config: StoreConfig) -> None:
         self.config = config
@@ -273,7 +276,7 @@ class Store(DatasetRecords):
         with self._write() as conn:
             changed = writes.replace_labels(conn, image_id, labels)
             if changed:
-                writes.bump_revision(conn)
+                writes.bump_revision(conn, [image_id])
         return changed
 
     # ------------------------------------------------------------------ images: reads
@@ -633,6 +636,7 @@ class Store(DatasetRecords):
             "source_files": SourceFile,
             "anchor_embeddings": AnchorEmbedding,
             "thumbnails": ThumbnailRow,
+            "archive_changes": ArchiveChange,
         }
         with self._read() as conn:
             return {

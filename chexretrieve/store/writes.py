@@ -30,6 +30,7 @@ from chexretrieve.store.records import (
     vector_to_bytes,
 )
 from chexretrieve.store.schema import (
+    ArchiveChange,
     ArchiveRevision,
     Embedding,
     Image,
@@ -101,7 +102,10 @@ def images_with_embedding(conn: Connection, encoder_id: str, image_ids: Iterable
     return found
 
 
-def bump_revision(conn: Connection) -> None:
+def bump_revision(conn: Connection, image_ids: Iterable[int] = ()) -> int:
+    """Advance the archive revision and log which images this write changed (``image_ids``;
+    none: one row without an image, e.g. a report), in the caller's transaction; the new
+    revision. The archive index (``chexretrieve.index``) updates itself from that log."""
     now = utc_now()
     changed = conn.execute(
         update(ArchiveRevision)
@@ -110,6 +114,13 @@ def bump_revision(conn: Connection) -> None:
     ).rowcount
     if not changed:
         conn.execute(insert(ArchiveRevision).values(id=1, revision=1, updated_at=now))
+    revision = int(conn.execute(select(ArchiveRevision.revision)).scalar_one())
+    ids = sorted({int(i) for i in image_ids})
+    conn.execute(
+        insert(ArchiveChange),
+        [{"revision": revision, "image_id": i} for i in ids] or [{"revision": revision}],
+    )
+    return revision
 
 
 def replace_labels(
@@ -375,8 +386,10 @@ def write_items(
         plan.outcomes[p] or _stored_outcome(p, item, plan, new_ids, label_changes, updated)
         for p, item in enumerate(items)
     ]
-    if new_ids or plan.embed or label_changes or split_changes or meta_changes:
-        bump_revision(conn)
+    changed = {*new_ids.values(), *plan.embed.values(), *label_changes, *split_changes,
+               *meta_changes}  # fmt: skip
+    if changed:
+        bump_revision(conn, changed)
     return outcomes
 
 

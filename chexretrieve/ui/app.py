@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 
 import gradio as gr
 
@@ -66,10 +67,12 @@ def open_case_lookup(config: UIConfig, store=None, encoder=None) -> tuple[CaseLo
 
     search = SearchConfig(feature_cache_dir=config.feature_cache_dir, index_kind=config.index_kind)
     root = open_search_app(
-        AppConfig(config.db_url, config.encoder, anchors_dir=config.anchors_dir, search=search),
+        AppConfig(config.db_url, config.encoder, anchors_dir=config.anchors_dir, search=search,
+                  index=config.index),
         store=store,
         encoder=encoder,
-    )
+        background=True,  # what the archive index lacks is built by its background jobs
+    )  # fmt: skip
     service, store, audit = root.service, root.store, root.audit
     access = open_access(config, store)
     lookup = CaseLookup(
@@ -84,8 +87,30 @@ def open_case_lookup(config: UIConfig, store=None, encoder=None) -> tuple[CaseLo
         report_texts=ReportTexts(config.reports_csv, store.report_for_image),
         access=access,
     )
-    curation = DraftDesk(config.anchors_dir, store, root.encoder, lambda: service.gallery)
+    index = service.index
+    published = None
+    if index is not None and index.jobs is not None:
+        published = index.jobs.publish
+        threading.Thread(target=prepare_published, args=(index,), daemon=True,
+                         name="chexretrieve-published").start()  # fmt: skip
+    curation = DraftDesk(config.anchors_dir, store, root.encoder, lambda: service.gallery,
+                         published)  # fmt: skip
     return lookup, curation
+
+
+def prepare_published(index) -> None:  # noqa: ANN001
+    """Queue the build of every finding whose newest anchor-set version is not the one the
+    index serves (a version published while no server ran, or by hand)."""
+    from chexretrieve.findings import FINDINGS
+
+    anchors = index.anchors
+    for finding in FINDINGS:
+        try:  # the file's version, not its embedding (StoreAnchorProvider.resolve)
+            latest = getattr(anchors, "resolve", anchors.anchor_set)(finding, None).key
+        except ValueError:
+            continue
+        if index.serving_key(finding) not in (None, latest):
+            index.jobs.publish(finding)
 
 
 def open_access(config: UIConfig, store) -> AccessControl:  # noqa: ANN001
@@ -208,16 +233,14 @@ def launch_app(app: gr.Blocks, config: UIConfig, block: bool = True, head: str |
 
 def serve_app(config: UIConfig) -> None:
     """Open the archive and serve the UI until interrupted (blocks). On an archive with no cases
-    yet, a page saying to run ingest is served until they arrive (chexretrieve.ui.waiting); with
-    ``config.warm_up`` the geometries are fitted in the background meanwhile
-    (chexretrieve.search.warmup)."""
+    yet, a page saying to run ingest is served until they arrive (chexretrieve.ui.waiting). The
+    features and calibrations of each finding's default geometry come from the archive index
+    (chexretrieve.index), built at ingest; others are built in the background on first use."""
     from chexretrieve.app import ArchiveEmptyError
 
     try:
         lookup, curation = open_case_lookup(config)
         app = build_app(lookup, curation, config)
-        if config.warm_up:
-            start_ui_warm_up(lookup, config)
     except ArchiveEmptyError as empty:
         from chexretrieve.ui.waiting import wait_for_cases
 
@@ -225,8 +248,6 @@ def serve_app(config: UIConfig) -> None:
 
         def build() -> gr.Blocks:
             lookup, curation = open_case_lookup(config, store, encoder)
-            if config.warm_up:
-                start_ui_warm_up(lookup, config)
             return build_app(lookup, curation, config)
 
         def launch_waiting(page: gr.Blocks, *args, **kwargs):  # noqa: ANN002, ANN003, ANN202
@@ -236,18 +257,3 @@ def serve_app(config: UIConfig) -> None:
 
         app = wait_for_cases(config, store, encoder, build, launch_waiting)
     launch_app(app, config, block=True)
-
-
-def start_ui_warm_up(lookup: CaseLookup, config: UIConfig):
-    """The warm-up of what the case lookup's first searches need: every geometry of the finding
-    it opens with, the case picker's first page, then the default geometry of the other
-    findings. Returns (thread, stop event)."""
-    from chexretrieve.findings import FINDINGS
-    from chexretrieve.geometry import GEOMETRIES
-    from chexretrieve.search.warmup import start_warm_up
-    from chexretrieve.ui.lookup_tab import DEFAULT_FINDING
-
-    return start_warm_up(
-        lookup.service, DEFAULT_FINDING, [g.name for g in GEOMETRIES], config.top_k,
-        other_findings=FINDINGS, extra=lambda: lookup.case_page(finding=DEFAULT_FINDING),
-    )  # fmt: skip

@@ -141,3 +141,47 @@ def gallery_page(
         label = gallery.labels.loc[int(image_id)].get(finding) if finding else None
         rows.append((int(image_id), meta, label))
     return len(chosen), rows
+
+
+#: which label codes of an archive index (chexretrieve.index.columns) each status keeps
+_STATUS_CODES = {
+    "positive": (1,),
+    "negative": (0,),
+    "uncertain": (-1,),
+    "blank": (-2,),
+    "unlabelled": (-3,),
+}
+
+
+def columns_page(
+    gallery, store, text: str, finding: str | None, status: str | None, offset: int, limit: int
+) -> tuple[int, list[tuple[int, dict, object]]]:
+    """(total, [(image id, metadata, the finding's label)]) from an archive index's columns
+    (chexretrieve.index.IndexGallery): no database query unless an accession number is typed
+    (the store looks it up, exactly), no Python object per archived case."""
+    from chexretrieve.findings import FINDINGS
+
+    column = FINDINGS.index(finding) if finding else None
+    if text:
+        wanted = []
+        if text.isdigit() and len(text) <= MAX_ID_DIGITS and int(text) in gallery:
+            wanted.append(int(text))
+        if store is not None:
+            found = store.find_cases(text, encoder_id=gallery.encoder_id, limit=1000)
+            wanted += [c.image_id for c in found.cases if c.image_id in gallery]
+        rows = np.array(sorted({gallery.row_of(i) for i in wanted}), dtype=np.int64)
+        rows = rows[np.argsort(gallery.image_ids[rows], kind="stable")]
+    else:
+        order = gallery.id_order()
+        rows = order
+    if status is not None and column is not None:
+        codes = gallery.label_codes()[:, column]
+        rows = rows[np.isin(codes[rows], _STATUS_CODES[status])]
+    total = len(rows)
+    page = rows[offset : offset + limit]
+    metadata = gallery.metadata_records(page)
+    labels = gallery.label_codes()[page, column] if column is not None else [None] * len(page)
+    return total, [
+        (int(gallery.image_ids[row]), meta, None if label is None or label < -1 else float(label))
+        for row, meta, label in zip(page.tolist(), metadata, labels, strict=True)
+    ]

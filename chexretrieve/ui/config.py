@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from chexretrieve.accounts.config import AccessConfig
+from chexretrieve.index.config import IndexConfig
 
 #: how users sign in (chexretrieve.ui.access): none (loopback only), accounts, header (SSO proxy)
 SIGN_IN_MODES = ("none", "accounts", "header")
@@ -83,9 +84,9 @@ class UIConfig:
     # read-only /dicomweb endpoint (searched studies only, audited, de-identified unless PHI may
     # be shown)
     dicomweb_url: str | None = None
-    # fit and cache every geometry of the opening finding (then the default geometry of the
-    # others) in a background thread at start, so no first search waits for a fit
-    warm_up: bool = True
+    # the archive index searches read (chexretrieve.index; built at ingest, shared by every
+    # server process; IndexConfig.* rows)
+    index: IndexConfig = field(default_factory=IndexConfig)
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:

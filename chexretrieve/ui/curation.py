@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from chexretrieve.findings import canonical_finding
 from chexretrieve.ui.render import esc
 
@@ -77,11 +79,15 @@ class SavedVersion:
 class CurationDesk:
     """Anchor-set curation over one anchors folder, with impact measured on one archive."""
 
-    def __init__(self, anchors_dir: Path | None = None, store=None, encoder=None, gallery=None):
+    def __init__(self, anchors_dir: Path | None = None, store=None, encoder=None, gallery=None,
+                 published=None):  # fmt: skip
         self.anchors_dir = anchors_dir
         self.store = store
         self.encoder = encoder
         self._gallery = gallery  # callable returning a chexretrieve.search.gallery.Gallery
+        # optional callable(finding): a version of the finding's set was published or reverted
+        # (the archive index builds it, then serves it in place of the old one)
+        self.published = published
 
     def sets(self, finding: str) -> list:
         from chexretrieve.anchors import find_anchor_sets
@@ -148,9 +154,11 @@ class CurationDesk:
         if self.encoder is None or self._gallery is None:
             raise ValueError("impact needs an archive and its encoder; none is loaded")
         gallery = self._gallery()
-        labels = gallery.labels[before.finding].to_numpy(dtype=float)
-        split = gallery.metadata["split"].astype(str).to_numpy()
-        is_key, is_query = split == "train", split == "valid"
+        labels = gallery.label_values(before.finding)
+        codes, uniques = gallery.columns.codes("split")
+        named = {str(u): i for i, u in enumerate(uniques)}
+        is_key = codes == named.get("train", -2)
+        is_query = codes == named.get("valid", -2)
         if not is_key.any() or not is_query.any():
             raise ValueError(
                 f"impact needs labelled 'train' keys and 'valid' queries; the archive has "
@@ -160,9 +168,9 @@ class CurationDesk:
             before,
             after,
             self.encoder,
-            gallery.embeddings[is_key],
+            gallery.embedding_rows(np.flatnonzero(is_key)),
             labels[is_key],
-            gallery.embeddings[is_query],
+            gallery.embedding_rows(np.flatnonzero(is_query)),
             labels[is_query],
             ImpactConfig(geometry=geometry, top_k=top_k, show_queries=5),
             key_ids=gallery.image_ids[is_key],
@@ -285,6 +293,8 @@ class DraftDesk(CurationDesk):
         final = newest.revised(sentences=pairs, description=description.strip() or None)
         path = save_new_version(final, self.anchors_dir)
         self._book().discard(base.id)
+        if self.published is not None:
+            self.published(base.finding)
         summary = diff_anchor_sets(base, final).summary()
         return SavedVersion(final.key, path, f"{summary} (edited from {base.key})", ())
 

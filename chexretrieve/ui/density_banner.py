@@ -55,7 +55,7 @@ def result_concepts_html(service, image_id: int) -> str:
     gallery = service.gallery if density is not None else None
     if density is None or int(image_id) not in gallery:
         return ""
-    row = gallery.embeddings[[gallery.row_of(int(image_id))]]
+    row = gallery.embedding_rows([gallery.row_of(int(image_id))])
     shares = provider.concepts(density, row)[0]
     items = "".join(f"<li>{100 * s.posterior:.0f} % · {esc(s.name.text())}</li>" for s in shares)
     return f"<p class='cx-sub'>Concepts (archive density)</p><ul class='cx-concepts'>{items}</ul>"

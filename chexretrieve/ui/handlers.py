@@ -28,6 +28,7 @@ from chexretrieve.ui.access import AccessControl
 from chexretrieve.ui.case_picker import (
     PickerPage,
     case_label,
+    columns_page,
     gallery_page,
     page_summary,
     parse_case_id,
@@ -229,18 +230,18 @@ class CaseLookup(ArchiveThumbnails):
     def _metadata(self, image_id: int) -> dict:
         gallery = self.service.gallery_containing(image_id)  # a result ingested a moment ago
         gallery.row_of(image_id)  # ValueError naming the id when unknown
-        return gallery.metadata.loc[int(image_id)].to_dict()
+        return gallery.metadata_of(int(image_id))
 
     def labels_of(self, image_id: int) -> dict:
         gallery = self.service.gallery_containing(image_id)
-        return gallery.labels.loc[int(image_id)].to_dict()
+        return gallery.labels_of(int(image_id))
 
     def report_of(self, image_id: int) -> str | None:
         return self.report_texts.report_for(self._metadata(image_id).get("source_path"), image_id)
 
     def view_choices(self) -> list[str]:
-        views = self.gallery.metadata["view_position"].dropna().astype(str).str.upper()
-        return sorted(v for v in views.unique() if v.strip())
+        views = {str(v).strip().upper() for v in self.gallery.category_values("view_position")}
+        return sorted(v for v in views if v)
 
     def case_page(
         self, text: str | None = None, finding: str | None = None, status: str | None = None,
@@ -262,6 +263,9 @@ class CaseLookup(ArchiveThumbnails):
                 total, rows, _ = rare_case_rows(
                     self.service, gallery, text, finding, page * size, size
                 )
+            elif getattr(gallery, "mapped", False):  # an archive index: its columns
+                total, rows = columns_page(gallery, self.store, text, finding, status,
+                                           page * size, size)  # fmt: skip
             elif self.store is not None:
                 found = self.store.find_cases(
                     text or None, finding if status else None, status, gallery.encoder_id,
@@ -474,8 +478,15 @@ class CaseLookup(ArchiveThumbnails):
         finding = canonical_finding(finding)
         sets = find_anchor_sets(self.anchors_dir, finding=finding)
         keys = [s.key for s in sorted(sets, key=lambda s: (s.variant or "", -s.version))]
-        default = latest_anchor_set(finding, root=self.anchors_dir).key
-        return [(f"{k} · latest" if k == default else k, k) for k in keys], default
+        latest = latest_anchor_set(finding, root=self.anchors_dir).key
+        # the version searches use: the archive index serves the previous one until it has
+        # built a newly published one
+        index = getattr(self.service, "index", None)
+        default = (index.serving_key(finding) if index is not None else None) or latest
+        if default not in keys:
+            default = latest
+        labels = {latest: "latest", default: "served"} if default != latest else {latest: "latest"}
+        return [(f"{k} · {labels[k]}" if k in labels else k, k) for k in keys], default
 
     def _request(self, query: QueryImage, settings: SearchSettings, geometry: str,
                  relevant=(), not_relevant=()) -> SearchRequest:  # fmt: skip

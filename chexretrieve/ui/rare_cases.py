@@ -7,6 +7,8 @@ accession prefix still narrows the list; the finding's label is shown, not filte
 
 from __future__ import annotations
 
+import numpy as np
+
 #: the picker status that orders the list by rarity instead of filtering by label
 RARE_FIRST = "rare cases first"
 
@@ -20,9 +22,10 @@ def rare_case_rows(service, gallery, text: str, finding: str | None, offset: int
     density, _, note = service.density.usable(gallery)
     if density is None:
         raise ValueError(note)
-    ordered = [int(i) for i in density.rarity_order() if int(i) in gallery]
+    order = np.asarray(density.rarity_order(), dtype=np.int64)
+    ordered = order[np.isin(order, np.asarray(gallery.image_ids, dtype=np.int64))].tolist()
     if text:
-        accession = gallery.metadata.get("accession_number")
+        accession = "accession_number" if gallery.has_column("accession_number") else None
         prefix = text.upper()
 
         def matches(image_id: int) -> bool:
@@ -30,13 +33,13 @@ def rare_case_rows(service, gallery, text: str, finding: str | None, offset: int
                 return True
             if accession is None:
                 return False
-            value = accession.get(image_id)
+            value = gallery.value(accession, gallery.row_of(image_id))
             return isinstance(value, str) and value.upper().startswith(prefix)
 
         ordered = [i for i in ordered if matches(i)]
     rows = []
     for image_id in ordered[offset : offset + limit]:
-        meta = gallery.metadata.loc[image_id].to_dict()
-        label = gallery.labels.loc[image_id].get(finding) if finding else None
+        meta = gallery.metadata_of(image_id)
+        label = gallery.labels_of(image_id).get(finding) if finding else None
         rows.append((image_id, meta, None if label is None or label != label else label))
     return len(ordered), rows, note

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
+import numpy as np
 from starlette.middleware import Middleware
 
 from chexretrieve.ui.config import UIConfig
@@ -64,8 +65,12 @@ _STUDIES_CACHE: dict[str, object] = {}
 
 def archive_studies(lookup):  # noqa: ANN001
     """{study uid: [(image id, file path)]} of the archive as the search service holds it (built
-    once per gallery version: the gallery's metadata object and its length)."""
-    meta = lookup.gallery.metadata
+    once per gallery version: the gallery's metadata object and its length); for an archive
+    index's gallery, a lookup of one study at a time in its columns."""
+    gallery = lookup.gallery
+    if getattr(gallery, "mapped", False):
+        return _StudyColumns(gallery)
+    meta = gallery.metadata
     key = (id(meta), len(meta))
     if _STUDIES_CACHE.get("key") == key:
         return _STUDIES_CACHE["studies"]
@@ -77,6 +82,23 @@ def archive_studies(lookup):  # noqa: ANN001
             found.setdefault(study, []).append((int(image_id), path))
     _STUDIES_CACHE.update(key=key, studies=found)
     return found
+
+
+class _StudyColumns:
+    """``{study uid: [(image id, file path)]}.get`` over an archive index's columns."""
+
+    def __init__(self, gallery):  # noqa: ANN001
+        self._gallery = gallery
+
+    def get(self, study: str, default=None):  # noqa: ANN001, ANN201
+        gallery = self._gallery
+        rows = np.flatnonzero(~gallery.columns.not_equal("study_uid", study))
+        found = [
+            (int(gallery.image_ids[row]), meta.get("source_path"))
+            for row, meta in zip(rows, gallery.metadata_records(rows), strict=True)
+            if meta.get("source_path")
+        ]
+        return found or default
 
 
 def links_maker(access: ViewerAccess):

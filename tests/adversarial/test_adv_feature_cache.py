@@ -24,6 +24,7 @@ from ingest_fixtures import write_archive
 from chexretrieve.app import AppConfig, open_search_app
 from chexretrieve.audit import AuditConfig
 from chexretrieve.encoders.stand_in import StandInEncoder
+from chexretrieve.index import IndexConfig
 from chexretrieve.ingest import IngestConfig, ingest_paths
 from chexretrieve.search.config import SearchConfig
 from chexretrieve.search.service import SearchRequest
@@ -55,7 +56,8 @@ def _service(store, folder: Path):  # noqa: ANN001, ANN202
         store.config.url,
         search=SearchConfig(feature_cache_dir=folder),
         audit=AuditConfig(enabled=False),
-    )
+        index=IndexConfig(enabled=False),  # the feature cache itself (the archive index's tests:
+    )  # tests/index)
     return open_search_app(config, store=store, encoder=StandInEncoder(dim=32)).service
 
 

@@ -4,7 +4,8 @@ The service (built as every entry point builds it, ``open_search_app``) answers 
 thread the whole time a second process (``chexretrieve ingest``) writes new images into its store.
 Every search must succeed; the first search after the ingest must cover every new candidate, find
 a new case by its own embedding first, and rank exactly as a fresh process over the grown archive
-does (its features extended by the new rows only, checked against a full recomputation).
+does (its features in the archive index extended by the new rows only by the ingest's update,
+checked against a full recomputation without the index).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from ingest_fixtures import write_archive
 from chexretrieve.app import AppConfig, open_search_app
 from chexretrieve.audit import AuditConfig
 from chexretrieve.encoders.stand_in import StandInEncoder
+from chexretrieve.index import IndexConfig
 from chexretrieve.ingest import IngestConfig, ingest_paths
 from chexretrieve.search.config import SearchConfig
 from chexretrieve.search.service import SearchRequest
@@ -29,13 +31,24 @@ from chexretrieve.store import open_store
 FIRST, LATER = 40, 48
 
 
-def _service(store, folder):  # noqa: ANN001, ANN202
+def _service(store, folder, index: bool = True):  # noqa: ANN001, ANN202
     config = AppConfig(
         store.config.url,
         search=SearchConfig(feature_cache_dir=folder),
         audit=AuditConfig(enabled=False),
+        # the archive index (float32: exactly the in-memory features), or none: all recomputed
+        index=IndexConfig(enabled=index, feature_dtype="float32", density=False),
     )
     return open_search_app(config, store=store, encoder=StandInEncoder(dim=32)).service
+
+
+def _gaussian_entry(service) -> tuple[str, int]:  # noqa: ANN001
+    """(file, rows) of the archive index's Edema / Gaussian features (appended in place when the
+    archive grows, never recomputed)."""
+    manifest = service.index.manifest()
+    found = [e for e in manifest.entries.values()
+             if e["finding"] == "Edema" and e["geometry"] == "gaussian"]  # fmt: skip
+    return (found[0]["file"]["file"], found[0]["file"]["rows"]) if found else ("", 0)
 
 
 def test_an_ingest_while_the_service_answers_shows_in_the_next_search(tmp_path, cases):
@@ -49,6 +62,7 @@ def test_an_ingest_while_the_service_answers_shows_in_the_next_search(tmp_path, 
     request = SearchRequest(finding="Edema", geometry="gaussian", case_id=case, top_k=5)
     before = service.search(request)
     before_ids = set(service.gallery.image_ids.tolist())
+    gaussian = _gaussian_entry(service)
     errors: list[str] = []
     seen: list[int] = []
     done = threading.Event()
@@ -87,7 +101,7 @@ def test_an_ingest_while_the_service_answers_shows_in_the_next_search(tmp_path, 
         if newest is not None
         else None
     )
-    fresh = _service(store, tmp_path / "fresh-features")  # a new process' view, all recomputed
+    fresh = _service(store, tmp_path / "fresh-features", index=False)  # all recomputed
     full = fresh.gallery_scores(request)[0]
     grown = service.gallery_scores(request)[0]
     checks = {
@@ -99,7 +113,8 @@ def test_an_ingest_while_the_service_answers_shows_in_the_next_search(tmp_path, 
         == fresh.search(request).candidates,
         "a new case is found by its own embedding": by_new is not None
         and by_new.hits[0].image_id == newest,
-        "features extended by the new rows": service.cache.extended >= 1,
+        "features extended by the new rows": _gaussian_entry(service)
+        == (gaussian[0], FIRST + LATER),
         "extended features rank as a full recomputation": np.allclose(grown, full, atol=1e-5)
         and [h.image_id for h in after.hits] == [h.image_id for h in fresh.search(request).hits],
     }

@@ -1,0 +1,536 @@
+"""A department-sized archive served through the real path: `serve`, a browser, a cold `search`.
+
+Builds (once, kept in ``--work``) a synthetic store of ``--n`` images written through the store's
+own batch writes (``Store.write_batch``, what ingest uses): 512-d unit embeddings in 64 clusters
+under the test stand-in encoder's id, CheXpert labels whose rates depend on the cluster, two
+images per study, views, sexes, ages, dates and splits. Then measures, each figure through the
+product's own commands:
+
+1. ``chexretrieve index build`` (a fresh process; default geometry of the 13 findings, their rank
+   calibrations, the archive density): wall and CPU seconds, peak RSS, seconds per phase;
+2. a cold ``chexretrieve search`` process (a new process; the page cache is warm): wall and CPU
+   seconds, peak RSS, for the UI's default (Pleural Effusion / softmax) and another finding;
+3. ``chexretrieve serve`` started -> the page answers (HTTP 200 with the app);
+4. in headless Chromium on that page (Playwright, as the browser tests drive it): the first search
+   (a case typed and opened: query, ranking, percentiles, calibration, thumbnails), the first
+   search of another finding, then ``--searches`` more (p50 / p95);
+5. the server's memory from /proc/PID/smaps: RSS, the part that is pages of the index files
+   (mapped, shared), the rest ("beyond the mapped index"), USS and PSS;
+6. a second `serve` on the same index, the same searches: the two processes' memory against one;
+7. 1,000 new images written, then ``chexretrieve index build`` again (the update ingest runs).
+
+Every line prints the load average beside it (the development machine is shared); goals and
+ratios from the issue's table are printed at the end, measured in this one run.
+
+    .venv/bin/python benchmarks/serve_scale.py --n 300000 --work /tmp/scale-300k
+    .venv/bin/python benchmarks/serve_scale.py --n 1000000 --work /tmp/scale-1m --searches 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import hashlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from chexretrieve.findings import FINDINGS  # noqa: E402
+
+DIM = 512
+ENCODER = "stand-in:0:512"
+ENCODER_ID = "stand-in:d512"
+CLUSTERS = 64
+GOALS = {  # figure -> (300k goal, 1M goal), seconds or GB
+    "index build": (180.0, 600.0),
+    "serve start": (5.0, 10.0),
+    "first search": (1.0, 1.5),
+    "p95 after": (None, 0.25),
+    "p95 after (service)": (None, 0.25),
+    "RSS beyond the index": (1.0, 2.0),
+    "incremental update": (10.0, 20.0),
+    "2 processes / 1": (1.2, None),
+}
+
+
+def load() -> str:
+    return "load {:.1f} {:.1f} {:.1f}".format(*os.getloadavg())
+
+
+def say(text: str) -> None:
+    print(f"{text}  [{load()}]", flush=True)
+
+
+def env() -> dict:
+    return {**os.environ, "CHEXRETRIEVE_TEST_ENCODERS": "1", "PYTHONPATH": str(REPO)}
+
+
+# ----------------------------------------------------------------------------- the store
+def synthetic_items(start: int, count: int, seed: int = 0):
+    """BatchItems of images ``start`` .. ``start + count - 1`` (deterministic per image)."""
+    from chexretrieve.store import BatchItem, ImageRecord
+
+    centres = np.random.default_rng(seed).standard_normal((CLUSTERS, DIM))
+    centres /= np.linalg.norm(centres, axis=1, keepdims=True)
+    rates = np.random.default_rng(seed + 1).beta(0.6, 3.0, size=(CLUSTERS, len(FINDINGS)))
+    rng = np.random.default_rng(seed + 2 + start)
+    clusters = rng.integers(0, CLUSTERS, size=count)
+    vectors = centres[clusters] + rng.standard_normal((count, DIM)) * (0.9 / np.sqrt(DIM))
+    vectors = (vectors / np.linalg.norm(vectors, axis=1, keepdims=True)).astype(np.float32)
+    draws = rng.random((count, len(FINDINGS)))
+    mentioned = rng.random((count, len(FINDINGS))) < 0.7
+    base = dt.date(2012, 1, 1)
+    for j in range(count):
+        i = start + j
+        k = clusters[j]
+        labels = None
+        if i % 9:  # every ninth image has no labels
+            labels = {}
+            for f, finding in enumerate(FINDINGS):
+                if not mentioned[j, f]:
+                    labels[finding] = None
+                elif draws[j, f] < rates[k, f]:
+                    labels[finding] = 1.0
+                else:
+                    labels[finding] = -1.0 if draws[j, f] > 0.98 else 0.0
+        record = ImageRecord(
+            sop_uid=f"2.25.7{i:09d}",
+            study_uid=f"2.25.8{i // 2:09d}",
+            series_uid=f"2.25.9{i:09d}",
+            pixel_sha256=hashlib.sha256(b"synthetic %d" % i).hexdigest(),
+            patient_id=f"SYN{i // 6:07d}",
+            patient_sex="MF"[i % 2],
+            patient_age_years=float(18 + (i * 7919) % 75),
+            study_date=base + dt.timedelta(days=(i * 104729) % 4000),
+            view_position=("PA", "AP", "LATERAL")[i % 3],
+            modality=("CR", "DX")[i % 2],
+            pixel_rows=2048,
+            pixel_columns=2048,
+            source_path=f"/synthetic/p{i // 6:07d}/s{i // 2:09d}/{i:09d}.dcm",
+            split=(("train",) * 14 + ("valid",) * 3 + ("test",) * 3)[i % 20],
+        )
+        yield BatchItem(path=record.source_path, record=record, embedding=vectors[j],
+                        labels=labels)  # fmt: skip
+
+
+def build_store(url: str, start: int, count: int, batch: int = 5000, bulk: bool = False) -> float:
+    """Write images ``start`` .. through ``Store.write_batch`` (ingest's path), or with
+    ``bulk`` the same rows straight into the SQLite tables in one transaction (a million images
+    in minutes instead of hours; ``--check-bulk`` compares both on a small store)."""
+    from chexretrieve.store import open_store
+
+    started = time.perf_counter()
+    with open_store(url) as store:
+        store.register_encoder(ENCODER_ID, DIM, 20.0)
+        revision = store.archive_revision()
+        path = store.config.url.removeprefix("sqlite:///")
+    if bulk:
+        bulk_insert(path, start, count, revision + 1, batch)
+        return time.perf_counter() - started
+    with open_store(url) as store:
+        for first in range(start, start + count, batch):
+            items = list(synthetic_items(first, min(batch, start + count - first)))
+            store.write_batch(ENCODER_ID, items)
+    return time.perf_counter() - started
+
+
+def bulk_insert(path: str, start: int, count: int, revision: int, batch: int) -> None:
+    """The rows ``write_batch`` would write for these images, inserted with sqlite3."""
+    import sqlite3
+
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+    connection = sqlite3.connect(path)
+    try:
+        connection.execute("PRAGMA journal_mode=WAL")
+        connection.execute("BEGIN")
+        image_id = connection.execute("SELECT COALESCE(MAX(id), 0) FROM images").fetchone()[0]
+        studies = dict(connection.execute("SELECT study_uid, id FROM studies"))
+        for first in range(start, start + count, batch):
+            images, embeddings, labels, changes = [], [], [], []
+            for item in synthetic_items(first, min(batch, start + count - first)):
+                r = item.record
+                image_id += 1
+                study = studies.get(r.study_uid)
+                if study is None:
+                    study = studies[r.study_uid] = len(studies) + 1
+                    connection.execute(
+                        "INSERT INTO studies (id, study_uid, patient_id, study_date) "
+                        "VALUES (?, ?, ?, ?)",
+                        (study, r.study_uid, r.patient_id, r.study_date.isoformat()),
+                    )
+                images.append((
+                    image_id, r.sop_uid, study, r.series_uid, r.patient_id, r.patient_sex,
+                    r.patient_age_years, r.study_date.isoformat(), r.view_position, r.modality,
+                    r.pixel_rows, r.pixel_columns, r.pixel_sha256, r.source_path, r.split, now,
+                ))  # fmt: skip
+                embeddings.append(
+                    (ENCODER_ID, image_id, DIM, item.embedding.astype("<f4").tobytes())
+                )
+                if item.labels:
+                    labels += [(image_id, f, v) for f, v in item.labels.items()]
+                changes.append((revision, image_id))
+            connection.executemany(
+                "INSERT INTO images (id, sop_uid, study_id, series_uid, patient_id, patient_sex, "
+                "patient_age_years, study_date, view_position, modality, pixel_rows, "
+                "pixel_columns, pixel_sha256, source_path, split, ingested_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                images,
+            )
+            connection.executemany("INSERT INTO embeddings VALUES (?, ?, ?, ?)", embeddings)
+            connection.executemany("INSERT INTO labels VALUES (?, ?, ?)", labels)
+            connection.executemany(
+                "INSERT INTO archive_changes (revision, image_id) VALUES (?, ?)", changes
+            )
+            print(f"  store: {image_id:,} images", flush=True)
+        connection.execute(
+            "INSERT INTO archive_revision (id, revision, updated_at) VALUES (1, ?, ?) "
+            "ON CONFLICT(id) DO UPDATE SET revision = excluded.revision, "
+            "updated_at = excluded.updated_at",
+            (revision, now),
+        )
+        connection.commit()
+    finally:
+        connection.close()
+
+
+def check_bulk(work: Path, n: int = 300) -> None:
+    """The bulk rows equal ``write_batch``'s: the same gallery, labels and metadata."""
+    from chexretrieve.search.sources import gallery_from_store
+    from chexretrieve.store import open_store
+
+    galleries = []
+    for bulk in (False, True):
+        url = f"sqlite:///{work / f'check-{int(bulk)}.sqlite'}"
+        build_store(url, 0, n, batch=100, bulk=bulk)
+        with open_store(url) as store:
+            assert not store.integrity_check(), store.integrity_check()
+            galleries.append(gallery_from_store(store, ENCODER_ID))
+    a, b = galleries
+    assert np.array_equal(a.image_ids, b.image_ids)
+    assert np.array_equal(a.embeddings, b.embeddings)
+    assert a.metadata.equals(b.metadata), "metadata differ"
+    assert a.labels.equals(b.labels), "labels differ"
+    say(f"bulk rows equal write_batch's on {n} images")
+
+
+# ------------------------------------------------------------------------- processes
+def run(command: list[str]) -> dict:
+    """Wall and CPU seconds and peak RSS (GB) of one process (its own rusage), with its output."""
+    import tempfile
+
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        started = time.perf_counter()
+        process = subprocess.Popen(command, cwd=REPO, env=env(), stdout=out, stderr=err)
+        _, status, usage = os.wait4(process.pid, 0)  # reaped here: its rusage alone
+        process.returncode = os.waitstatus_to_exitcode(status)
+        wall = time.perf_counter() - started
+        out.seek(0)
+        err.seek(0)
+        text_out, text_err = out.read(), err.read()
+    if process.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{text_err[-3000:]}")
+    return {"wall": wall, "cpu": usage.ru_utime + usage.ru_stime,
+            "max_rss_gb": usage.ru_maxrss / 2**20, "out": text_out, "err": text_err}  # fmt: skip
+
+
+def numbers(done: dict) -> dict:
+    return {k: v for k, v in done.items() if k not in ("out", "err")}
+
+
+def cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "chexretrieve", *args]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_serve(url: str, port: int, log: Path) -> tuple[subprocess.Popen, float, float]:
+    """A `serve` process, the seconds until its page answers and the CPU seconds it used."""
+    started = time.perf_counter()
+    handle = open(log, "w")  # noqa: SIM115 - closed with the process
+    process = subprocess.Popen(
+        cli("serve", "--db", url, "--encoder", ENCODER, "--port", str(port)),
+        cwd=REPO, env=env(), stdout=handle, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    page = f"http://127.0.0.1:{port}/"
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(f"serve exited: {log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(page, timeout=5) as answer:
+                body = answer.read().decode("utf-8", "replace")
+                if answer.status == 200 and "case lookup" in body:
+                    return process, time.perf_counter() - started, cpu_seconds(process.pid)
+        except OSError:
+            pass
+        time.sleep(0.1)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a live process has used (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def memory(pid: int, index: Path) -> dict:
+    """GB of the process: RSS, the pages of index files in it, the rest, USS and PSS."""
+    rss = index_rss = 0
+    current = None
+    with open(f"/proc/{pid}/smaps") as handle:
+        for line in handle:
+            head = line.split()
+            if not head:
+                continue
+            if "-" in head[0] and len(head) >= 5 and not head[0].endswith(":"):
+                current = head[5] if len(head) > 5 else ""
+            elif head[0] == "Rss:":
+                kb = int(head[1])
+                rss += kb
+                if current and current.startswith(str(index)):
+                    index_rss += kb
+    rollup = {}
+    with open(f"/proc/{pid}/smaps_rollup") as handle:
+        for line in handle:
+            parts = line.split()
+            if len(parts) >= 3 and parts[0].endswith(":"):
+                rollup[parts[0][:-1]] = int(parts[1])
+    uss = rollup.get("Private_Clean", 0) + rollup.get("Private_Dirty", 0)
+    gb = 2**20
+    return {"rss": rss / gb, "index": index_rss / gb, "beyond": (rss - index_rss) / gb,
+            "uss": uss / gb, "pss": rollup.get("Pss", 0) / gb}  # fmt: skip
+
+
+API_SCRIPT = """
+import json, sys, time
+from chexretrieve.app import AppConfig, open_search_app
+from chexretrieve.search.service import SearchRequest
+url, cases = sys.argv[1], [int(c) for c in sys.argv[2].split(",")]
+started = time.perf_counter()
+service = open_search_app(AppConfig(db_url=url, encoder=sys.argv[3])).service
+opened = time.perf_counter() - started
+times = []
+for finding, case in [("Pleural Effusion", cases[0]), ("Edema", cases[0])] + [
+        ("Pleural Effusion", c) for c in cases[1:]]:
+    started = time.perf_counter()
+    service.search(SearchRequest(finding=finding, geometry="softmax", case_id=case, top_k=12))
+    times.append(time.perf_counter() - started)
+print(json.dumps({"open": opened, "times": times}))
+"""
+
+
+def api_searches(url: str, cases: list[int]) -> dict:
+    """The search service itself (what `search` and the UI call), in one process: opening the
+    index, the first search of two findings, then one per case (p50 / p95)."""
+    done = run([sys.executable, "-c", API_SCRIPT, url, ",".join(map(str, cases)), ENCODER])
+    found = json.loads(done["out"].strip().splitlines()[-1])
+    later = found["times"][2:]
+    return {"open": found["open"], "first": found["times"][0], "other": found["times"][1],
+            "p50": float(np.percentile(later, 50)), "p95": float(np.percentile(later, 95)),
+            "cpu": done["cpu"]}  # fmt: skip
+
+
+# ---------------------------------------------------------------------------- browser
+CASE_ID = "#case-id textarea, #case-id input"
+RESULTS = (
+    "(prev) => { const e = document.querySelector('#results');"
+    " const r = e && e.querySelector('.cx-results[data-serial]');"
+    " const busy = e && e.querySelector('[data-testid=status-tracker]:not(.hide)');"
+    " return r && r.outerHTML !== prev && !busy && e.querySelector('.cx-card'); }"
+)
+
+
+def _results(page) -> str:
+    script = "e => { const r = e.querySelector('.cx-results'); return r ? r.outerHTML : ''; }"
+    return page.eval_on_selector("#results", script)
+
+
+def open_case(page, case: int, pid: int) -> tuple[float, float]:
+    """(seconds, server CPU seconds) from opening a case to its results on screen (query,
+    search, render)."""
+    before = _results(page)
+    page.fill(CASE_ID, str(case))
+    started, cpu = time.perf_counter(), cpu_seconds(pid)
+    page.click("#load-case")
+    page.wait_for_function(RESULTS, arg=before)
+    return time.perf_counter() - started, cpu_seconds(pid) - cpu
+
+
+def choose_finding(page, finding: str, pid: int) -> tuple[float, float]:
+    """(seconds, server CPU seconds) from choosing another finding to its results."""
+    before = _results(page)
+    page.click("#finding input")
+    started, cpu = time.perf_counter(), cpu_seconds(pid)
+    page.click(f"#finding li[role='option'][aria-label='{finding}']")
+    page.wait_for_function(RESULTS, arg=before)
+    return time.perf_counter() - started, cpu_seconds(pid) - cpu
+
+
+def browse(port: int, pid: int, cases: list[int], finding: str, searches: int) -> dict:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium",
+                                    args=["--no-sandbox", "--disable-gpu"])  # fmt: skip
+        page = browser.new_page(viewport={"width": 1500, "height": 1000})
+        page.set_default_timeout(600_000)
+        page.goto(f"http://127.0.0.1:{port}/")
+        page.wait_for_selector(CASE_ID)
+        first, first_cpu = open_case(page, cases[0], pid)
+        say(f"  first search (Pleural Effusion / softmax): {first:.2f} s ({first_cpu:.2f} s "
+            "of the server's CPU)")  # fmt: skip
+        other, other_cpu = choose_finding(page, finding, pid)
+        say(f"  first search of {finding} (softmax): {other:.2f} s ({other_cpu:.2f} s CPU)")
+        later = [open_case(page, case, pid) for case in cases[1 : 1 + searches]]
+        browser.close()
+    return {"first": first, "first_cpu": first_cpu, "other": other, "other_cpu": other_cpu,
+            "later": [t for t, _ in later], "later_cpu": [c for _, c in later]}  # fmt: skip
+
+
+# --------------------------------------------------------------------------------- main
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n", type=int, default=300_000, help="images in the synthetic store")
+    parser.add_argument("--work", type=Path, required=True, help="folder of the store (kept)")
+    parser.add_argument("--searches", type=int, default=20, help="searches after the first")
+    parser.add_argument("--skip", default="", help="comma-separated steps to skip: "
+                        "build,search,serve,two,update")  # fmt: skip
+    parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    parser.add_argument(
+        "--check-bulk", action="store_true", help="first check the bulk rows equal write_batch's"
+    )
+    args = parser.parse_args(argv)
+    skip = set(filter(None, args.skip.split(",")))
+    os.environ["CHEXRETRIEVE_TEST_ENCODERS"] = "1"
+    args.work.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("CHEXRETRIEVE_AUDIT_LOG", str(args.work / "audit.jsonl"))
+    store_path = args.work / "archive.sqlite"
+    url = f"sqlite:///{store_path}"
+    index = args.work / "archive.index"
+    big = 1 if args.n >= 650_000 else 0
+    figures: dict = {"n": args.n, "load_before": os.getloadavg()}
+    if args.check_bulk:
+        check_bulk(args.work)
+    if not store_path.exists():
+        say(f"building a synthetic store of {args.n:,} images ({DIM}-d) in {store_path}")
+        figures["store_s"] = build_store(url, 0, args.n, bulk=True)
+        say(f"store written in {figures['store_s']:.0f} s")
+
+    if "build" not in skip:
+        say("index build (a fresh process) ...")
+        done = run(cli("index", "build", "--db", url, "--encoder", ENCODER, "--no-progress"))
+        figures["build"] = numbers(done)
+        say(f"  index build: {done['wall']:.0f} s wall, {done['cpu']:.0f} s CPU, peak RSS "
+            f"{done['max_rss_gb']:.2f} GB; {done['err'].strip().splitlines()[-1]}")  # fmt: skip
+
+    rng = np.random.default_rng(7)
+    cases = [int(c) for c in rng.integers(1, args.n + 1, size=args.searches + 1)]
+    if "search" not in skip:
+        figures["cold_search"] = []
+        for finding in ("Pleural Effusion", "Edema"):
+            done = run(cli("search", "--db", url, "--encoder", ENCODER, "--case", str(cases[0]),
+                           "--finding", finding, "--json"))  # fmt: skip
+            figures["cold_search"].append(numbers(done))
+            say(f"  cold `search` {finding}: {done['wall']:.2f} s wall, {done['cpu']:.2f} s CPU, "
+                f"peak RSS {done['max_rss_gb']:.2f} GB")  # fmt: skip
+        done = run([sys.executable, "-c", "import chexretrieve.cli"])
+        figures["import_s"] = done["wall"]
+        say(f"  (importing the command line alone: {done['wall']:.2f} s wall)")
+        api = figures["api"] = api_searches(url, cases)
+        say(f"  search service in one process: open {api['open']:.2f} s, first search "
+            f"{api['first']:.3f} s, first of Edema {api['other']:.3f} s, then p50 "
+            f"{api['p50']:.3f} s, p95 {api['p95']:.3f} s")  # fmt: skip
+
+    servers = []
+    try:
+        if "serve" not in skip:
+            port = free_port()
+            process, started, cpu = start_serve(url, port, args.work / "serve-1.log")
+            servers.append(process)
+            figures["serve_start_s"], figures["serve_start_cpu"] = started, cpu
+            say(f"  serve start -> page answers: {started:.2f} s ({cpu:.2f} s CPU)")
+            figures["browser"] = browse(port, process.pid, cases, "Edema", args.searches)
+            later, cpus = figures["browser"]["later"], figures["browser"]["later_cpu"]
+            p50, p95 = np.percentile(later, [50, 95])
+            c50, c95 = np.percentile(cpus, [50, 95])
+            say(f"  {len(later)} later searches: p50 {p50:.3f} s, p95 {p95:.3f} s (server CPU "
+                f"per search: p50 {c50:.3f} s, p95 {c95:.3f} s)")  # fmt: skip
+            figures["memory_1"] = memory(process.pid, index)
+            m = figures["memory_1"]
+            say(f"  server memory: RSS {m['rss']:.2f} GB, of which mapped index pages "
+                f"{m['index']:.2f} GB, beyond the index {m['beyond']:.2f} GB; USS {m['uss']:.2f} "
+                f"GB, PSS {m['pss']:.2f} GB")  # fmt: skip
+        if "two" not in skip and servers:
+            port2 = free_port()
+            second, started2, _ = start_serve(url, port2, args.work / "serve-2.log")
+            servers.append(second)
+            browse(port2, second.pid, cases, "Edema", args.searches)
+            a, b = memory(servers[0].pid, index), memory(second.pid, index)
+            figures["memory_2"] = [a, b]
+            alone = figures["memory_1"]["rss"]
+            together = a["uss"] + b["uss"] + (a["rss"] - a["uss"])
+            figures["two_over_one"] = together / alone
+            say(
+                f"  two servers: USS {a['uss']:.2f} + {b['uss']:.2f} GB, PSS {a['pss']:.2f} + "
+                f"{b['pss']:.2f} GB; both together {together:.2f} GB against {alone:.2f} GB "
+                f"alone = {figures['two_over_one']:.2f}x (second started in {started2:.1f} s)"
+            )
+    finally:
+        for process in servers:
+            process.terminate()
+            process.wait(timeout=60)
+
+    if "update" not in skip:
+        written = build_store(url, args.n, 1000, batch=1000)
+        say(f"  1,000 new images written in {written:.1f} s")
+        done = run(cli("index", "build", "--db", url, "--encoder", ENCODER, "--no-progress"))
+        figures["update"] = numbers(done)
+        say(f"  incremental `index build`: {done['wall']:.1f} s wall, {done['cpu']:.1f} s CPU; "
+            f"{done['err'].strip().splitlines()[-1]}")  # fmt: skip
+
+    figures["load_after"] = os.getloadavg()
+    report(figures, big)
+    if args.json is not None:
+        args.json.write_text(json.dumps(figures, indent=2, default=float))
+    return figures
+
+
+def report(figures: dict, big: int) -> None:
+    browser = figures.get("browser", {})
+    later = browser.get("later") or [float("nan")]
+    measured = {
+        "index build": figures.get("build", {}).get("wall"),
+        "serve start": figures.get("serve_start_s"),
+        "first search": max(browser.get("first", 0), browser.get("other", 0)) or None,
+        "p95 after": float(np.percentile(later, 95)),
+        "p95 after (service)": figures.get("api", {}).get("p95"),
+        "RSS beyond the index": figures.get("memory_1", {}).get("beyond"),
+        "incremental update": figures.get("update", {}).get("wall"),
+        "2 processes / 1": figures.get("two_over_one"),
+    }
+    print(f"\nfigures for {figures['n']:,} images (goal for {'1M' if big else '300k'}):")
+    for name, value in measured.items():
+        goal = GOALS[name][big]
+        if value is None:
+            continue
+        ratio = f"{value / goal:.2f} x the goal {goal:g}" if goal else "no goal"
+        met = "" if not goal else (" met" if value <= goal else " NOT met")
+        print(f"  {name:22s} {value:8.2f}   {ratio}{met}")
+    print(f"load average before {figures['load_before']}, after {figures['load_after']}")
+
+
+if __name__ == "__main__":
+    main()
