@@ -46,6 +46,9 @@ CATEGORIES = {
     "test_adv_readonly_store": "17 read-only and other-schema stores",
     "test_adv_access": "18 accounts, roles, REST routes",
     "test_adv_inputs": "19 previews, picker, input caps",
+    # issue 36's findings
+    "test_adv_artefacts": "20 damaged or forged density, start-up race",
+    "test_adv_audit_anchor": "21 audit trail anchored in the store",
 }
 
 
