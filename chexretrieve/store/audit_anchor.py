@@ -67,7 +67,8 @@ class AuditAnchorTable:
                 "retired": None,  # a trail written again is live again
             },
             where=statement.excluded.seq > _TABLE.c.seq,
-        )
+        ).returning(_TABLE.c.id)  # a row comes back only when one was written (rowcount is -1
+        # for an upsert under some drivers)
         return self._execute(statement, "record the audit anchor in") > 0
 
     def retire(self, trail: str, retired: str, mac: str) -> bool:
@@ -75,6 +76,7 @@ class AuditAnchorTable:
         when a row changed. StoreError when the store cannot be written."""
         table = _TABLE
         statement = update(table).where(table.c.trail == trail).values(retired=retired, mac=mac)
+        statement = statement.returning(table.c.id)
         return self._execute(statement, "retire an audit anchor in") > 0
 
     def _execute(self, statement, what: str) -> int:  # noqa: ANN001
@@ -82,7 +84,7 @@ class AuditAnchorTable:
             with self._connect().connect() as conn:
                 conn = conn.execution_options(**{WRITER_OPTION: True})
                 with conn.begin():
-                    return conn.execute(statement).rowcount
+                    return len(conn.execute(statement).all())
         except SQLAlchemyError as exc:
             reason = getattr(exc, "orig", None) or exc
             raise StoreError(f"cannot {what} {self.label}: {reason}") from None
