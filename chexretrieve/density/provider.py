@@ -337,11 +337,11 @@ class ArchiveDensityProvider:
     def _set_aside(self, path: Path, damage: DensityFileError) -> None:
         """Move a damaged fit into ``set-aside/`` (kept for inspection, SET_ASIDE_KEPT of them);
         a provider that may not refit (``density show``) leaves it where it is."""
-        logger.warning("archive density %s not used: %s", path, damage.reason)
         with self._lock:
             self._damage_note = damage.reason
         if not self.config.fit_on_search:
-            return
+            return  # `density show`: its one line says it
+        logger.warning("archive density %s set aside and refitted: %s", path, damage.reason)
         aside = path.parent / SET_ASIDE
         stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%fZ")
         try:

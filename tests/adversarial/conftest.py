@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).resolve().parent
-# our helpers, and the ingest, anchors and UI tests' ones (imported, never copied)
-for helper_folder in (HERE, *(HERE.parent / name for name in ("ingest", "anchors", "ui"))):
+# our helpers, and the ingest, anchors, UI and density tests' ones (imported, never copied)
+for helper_folder in (HERE, *(HERE.parent / n for n in ("ingest", "anchors", "ui", "density"))):
     if str(helper_folder) not in sys.path:
         sys.path.insert(0, str(helper_folder))
 

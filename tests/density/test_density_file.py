@@ -8,13 +8,12 @@ read and rewritten with the standard library's ``zipfile``, not with the code un
 
 from __future__ import annotations
 
-import io
 import json
 import os
-import zipfile
 
 import numpy as np
 import pytest
+from density_zip import npz_bytes, npz_members
 from test_archive_density import CENTRES, FakeStore, _gallery, _provider
 
 from chexretrieve.density import DensityUnavailable, QueryDensity
@@ -34,24 +33,6 @@ def fitted(tmp_path_factory):
     return root, path, path.read_bytes(), ArchiveDensity.load(path)
 
 
-def _members(data: bytes) -> dict[str, np.ndarray]:
-    with zipfile.ZipFile(io.BytesIO(data)) as archive:
-        return {
-            name[: -len(".npy")]: np.load(io.BytesIO(archive.read(name)), allow_pickle=False)
-            for name in archive.namelist()
-        }
-
-
-def _zip(members: dict[str, np.ndarray]) -> bytes:
-    out = io.BytesIO()
-    with zipfile.ZipFile(out, "w") as archive:
-        for name, value in members.items():
-            buffer = io.BytesIO()
-            np.save(buffer, value, allow_pickle=False)
-            archive.writestr(f"{name}.npy", buffer.getvalue())
-    return out.getvalue()
-
-
 def _reseal(members: dict, key: bytes | None = None) -> dict:
     """The members with a seal computed over them (``key``: an attacker's; None: the install's)."""
     members = {n: v for n, v in members.items() if n != "seal"}
@@ -69,7 +50,7 @@ def _with_reference(members: dict, reference: np.ndarray) -> dict:
 
 
 def _damaged(name: str, clean: bytes) -> bytes:
-    members = _members(clean)
+    members = npz_members(clean)
     reference = members["reference"]
     if name == "empty file":
         return b""
@@ -81,33 +62,33 @@ def _damaged(name: str, clean: bytes) -> bytes:
         data[start] ^= 0xFF
         return bytes(data)
     if name == "NaN reference values":
-        return _zip(_with_reference(members, np.full_like(reference, np.nan)))
+        return npz_bytes(_with_reference(members, np.full_like(reference, np.nan)))
     if name == "NaN reference values, resealed":
-        return _zip(_reseal(_with_reference(members, np.full_like(reference, np.nan))))
+        return npz_bytes(_reseal(_with_reference(members, np.full_like(reference, np.nan))))
     if name == "empty reference values, resealed":
-        return _zip(_reseal(_with_reference(members, np.zeros(0))))
+        return npz_bytes(_reseal(_with_reference(members, np.zeros(0))))
     if name == "wrong-length reference values, resealed":
         longer = np.sort(np.concatenate([reference] * 3 + [members["log_density"]]))
-        return _zip(_reseal(_with_reference(members, longer)))
+        return npz_bytes(_reseal(_with_reference(members, longer)))
     if name == "unsorted reference values, resealed":
-        return _zip(_reseal(_with_reference(members, reference[::-1])))
+        return npz_bytes(_reseal(_with_reference(members, reference[::-1])))
     if name == "threshold raised, resealed":
         meta = json.loads(bytes(members["meta"]).decode())
         meta["threshold"] = float(np.percentile(reference, 60))
         members["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
-        return _zip(_reseal(members))
+        return npz_bytes(_reseal(members))
     if name == "forged: threshold raised, sealed with another key":
         meta = json.loads(bytes(members["meta"]).decode())
         meta["threshold"] = float(np.percentile(reference, 60))
         meta["ood_percentile"] = 60.0
         members["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
-        return _zip(_reseal(members, key=os.urandom(32)))
+        return npz_bytes(_reseal(members, key=os.urandom(32)))
     if name == "seal removed":
-        return _zip({n: v for n, v in members.items() if n != "seal"})
+        return npz_bytes({n: v for n, v in members.items() if n != "seal"})
     if name == "NaN mixture direction, resealed":
         directions = members["directions"].copy()
         directions[0, 0] = np.nan
-        return _zip(_reseal({**members, "directions": directions}))
+        return npz_bytes(_reseal({**members, "directions": directions}))
     raise AssertionError(name)
 
 
@@ -141,7 +122,7 @@ def test_a_damaged_or_forged_file_is_refused_with_its_reason(fitted, tmp_path, n
 
 def test_the_file_carries_its_provenance_under_the_seal(fitted, tmp_path):
     _, path, clean, density = fitted
-    meta = json.loads(bytes(_members(clean)["meta"]).decode())
+    meta = json.loads(bytes(npz_members(clean)["meta"]).decode())
     provenance = meta["provenance"]
     assert provenance["store"] == FakeStore.label and provenance["encoder"] == "fake:1"
     assert provenance["revision"] == 7 and provenance["render_version"] == RENDER_VERSION
