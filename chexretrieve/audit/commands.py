@@ -98,12 +98,19 @@ def _anchors(url: str, path: Path):  # noqa: ANN202
 
 
 @audit_app.command("verify")
-def verify_command(log: Path | None = _LOG, key: Path | None = _KEY, db: str | None = _DB) -> None:
+def verify_command(
+    log: Path | None = _LOG,
+    key: Path | None = _KEY,
+    db: str | None = _DB,
+    no_store: bool = typer.Option(
+        False, "--no-store", help="Check the file alone (an older copy holds fewer records)."
+    ),
+) -> None:
     """Check every record's HMAC, the hash chain, seq, the signed head record, and that the file
     still holds every record the store saw it hold."""
     from chexretrieve.audit import check_audit_file
 
-    url = store_url(db)
+    url = None if no_store else store_url(db)
     path, key_path = _paths(log, key, must_exist=url is None)
     anchors, label = _anchors(url, path) if url is not None else (None, "")
     if not path.exists() and not anchors:
@@ -111,10 +118,14 @@ def verify_command(log: Path | None = _LOG, key: Path | None = _KEY, db: str | N
         raise typer.Exit(EXIT_BAD_INPUT)
     report = check_audit_file(path, key_path, anchors, label or "the store")
     if url is None:
+        why = (
+            "--no-store"
+            if no_store
+            else "none named by --db or $CHEXRETRIEVE_DB, no ./chexretrieve.sqlite"
+        )
         report.notes.append(
-            "not checked against a store (none named by --db or $CHEXRETRIEVE_DB, no "
-            "./chexretrieve.sqlite): a trail emptied together with its head record cannot be "
-            "told from a new one"
+            f"not checked against a store ({why}): a trail emptied together with its head "
+            "record cannot be told from a new one"
         )
     for problem in report.problems:
         _err(f"{path}: {problem}")
