@@ -200,21 +200,24 @@ def _open_and_search(base: str, tag: str) -> str:
         session.close()
 
 
-def _at_once(base: str, tag: str) -> list[str]:
-    """USERS users open CASE and search at the same moment; what each was answered."""
-    answers: list[str] = [""] * USERS
-    barrier = threading.Barrier(USERS)
+def _at_once(base: str, tag: str, users: int = USERS) -> list[str]:
+    """``users`` users open CASE and search at the same moment; what each was answered ("" for
+    one still waiting after HANG_GUARD_S: a stream the server keeps alive with heartbeats never
+    times out by itself, so the deadline is the whole call's)."""
+    answers: list[str] = [""] * users
+    barrier = threading.Barrier(users)
 
     def user(i: int) -> None:
         barrier.wait()
         answers[i] = _open_and_search(base, f"{tag}-{i}")
 
-    threads = [threading.Thread(target=user, args=(i,)) for i in range(USERS)]
+    threads = [threading.Thread(target=user, args=(i,), daemon=True) for i in range(users)]
     for thread in threads:
         thread.start()
+    deadline = time.monotonic() + HANG_GUARD_S
     for thread in threads:
-        thread.join(HANG_GUARD_S)
-    return answers
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return list(answers)
 
 
 def _stop(process: subprocess.Popen) -> str:
@@ -252,7 +255,7 @@ def test_a_damaged_density_never_blocks_nor_changes_a_search(world, cases, kind)
         answers = _at_once(base, "first")
         deadline = time.monotonic() + HANG_GUARD_S
         while percentile not in later and time.monotonic() < deadline:
-            later = _open_and_search(base, "later")
+            [later] = _at_once(base, "later", users=1)
             time.sleep(0.5)
     finally:
         log = _stop(process)
