@@ -21,7 +21,8 @@ from pathlib import Path
 import typer
 
 audit_app = typer.Typer(
-    help="The audit trail: verify an audit file, export its records.", no_args_is_help=True
+    help="The audit trail: verify an audit file, export its records, retire a lost trail.",
+    no_args_is_help=True,
 )
 
 EXIT_DAMAGED = 1
@@ -106,8 +107,9 @@ def verify_command(
         False, "--no-store", help="Check the file alone (an older copy holds fewer records)."
     ),
 ) -> None:
-    """Check every record's HMAC, the hash chain, seq, the signed head record, and that the file
-    still holds every record the store saw it hold."""
+    """Check the HMACs, the chain, seq, the head record, and the store's record of the trail.
+
+    The file must still hold every record the store saw it hold."""
     from chexretrieve.audit import check_audit_file
 
     url = None if no_store else store_url(db)
@@ -240,8 +242,10 @@ def retire_command(
         None, "--as", help="Who retires them (default: $CHEXRETRIEVE_USER / login)."
     ),
 ) -> None:
-    """Mark the trails the store saw at the audit file's path, other than the one it holds now,
-    as accounted for (archived or lost): verify then notes them instead of failing."""
+    """Account for trails the store saw at this path that the file no longer holds.
+
+    Each (archived or lost) is marked with who, when and why; verify then notes it instead of
+    failing."""
     import datetime as dt
 
     from chexretrieve.audit.anchor import anchor_signed, retired_mac, trail_id
