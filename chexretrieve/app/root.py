@@ -46,6 +46,17 @@ def archive_has_embeddings(store: Any, encoder_id: str) -> bool:
     return store.encoder(encoder_id) is not None and store.count_embeddings(encoder_id) > 0
 
 
+def store_witness(store: Any):  # noqa: ANN201
+    """Where the audit trail's length is recorded after each record: the store searched (its
+    own connection, as the search's is read-only; chexretrieve.audit.anchor), or None for a
+    store without a URL (a test's fake)."""
+    from chexretrieve.audit.anchor import StoreWitness
+    from chexretrieve.store.audit_anchor import AuditAnchorTable
+
+    url = getattr(getattr(store, "config", None), "url", None)
+    return StoreWitness(AuditAnchorTable(url)) if url else None
+
+
 def load_app_encoder(spec: str, device: str = "auto"):  # noqa: ANN201
     """The encoder named by ``spec`` (EncoderError / ValueError with what to change)."""
     from chexretrieve.encoders.registry import load_encoder
@@ -90,7 +101,7 @@ def open_search_app(
             store,
             encoder,
         )
-    audit = open_audit_log(config.audit)
+    audit = open_audit_log(config.audit, anchor=store_witness(store))
     anchors = StoreAnchorProvider(store, encoder, config.anchors_dir)
     index = open_index(config, store, encoder.encoder_id, anchors, background, progress)
     if index is not None:

@@ -21,6 +21,7 @@ import getpass
 import hashlib
 import hmac
 import json
+import logging
 import os
 import threading
 from collections.abc import Iterator, Sequence
@@ -28,6 +29,7 @@ from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any
 
+from chexretrieve.audit.anchor import TrailWitness, signed_anchor, trail_id
 from chexretrieve.audit.config import AuditConfig
 from chexretrieve.audit.keys import (
     GENESIS,
@@ -46,6 +48,7 @@ from chexretrieve.audit.keys import (
 
 ACTIONS = ("search", "view", "export")
 _TAIL_STEP = 8192
+log = logging.getLogger("chexretrieve.audit")
 
 
 def current_user() -> str:
@@ -64,7 +67,10 @@ class AuditLog:
 
     ``key_path``: the HMAC key file (created with mode 0600 on first use; None =
     :func:`chexretrieve.audit.keys.default_key_path`). ``fsync``: flush every record and head
-    record to disk before the action goes on (off only for benchmarks)."""
+    record to disk before the action goes on (off only for benchmarks). ``anchor``: where the
+    trail's length and last line are reported after each record (the store's
+    :class:`~chexretrieve.audit.anchor.StoreWitness`), so an emptied or deleted trail is found
+    out by ``audit verify --db``."""
 
     def __init__(
         self,
@@ -72,9 +78,15 @@ class AuditLog:
         *,
         fsync: bool = True,
         key_path: str | os.PathLike[str] | None = None,
+        anchor: TrailWitness | None = None,
     ) -> None:
         self.path = Path(path)
         self.fsync = fsync
+        # where the trail's length is also recorded after each record (the store, see
+        # chexretrieve.audit.anchor); None: the head record beside the file only
+        self.anchor = anchor
+        self._anchor_path = str(self.path.resolve())
+        self._trail: tuple[int, int, str] | None = None  # (device, inode, trail id) of the file
         self.key_path = Path(key_path) if key_path is not None else default_key_path()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -152,7 +164,27 @@ class AuditLog:
             except BaseException:
                 _roll_back(fd, size)
                 raise
+            if self.anchor is not None:  # still under the lock: anchors reach it in seq order
+                self._report(fd, head, line)
         return entry
+
+    def _report(self, fd: int, head: Head, line: bytes) -> None:
+        """Hand the anchor of the trail as it now stands to ``self.anchor`` (never fails the
+        record: a witness that cannot take it says so in the log)."""
+        try:
+            info = os.fstat(fd)
+            if head.lines == 1:
+                trail = trail_id(line)
+            elif self._trail is not None and self._trail[:2] == (info.st_dev, info.st_ino):
+                trail = self._trail[2]
+            else:
+                trail = trail_id(_first_line(fd))
+            self._trail = (info.st_dev, info.st_ino, trail)
+            row = signed_anchor(self._key, trail, self._anchor_path, head.seq, head.lines,
+                                head.size, head.last)  # fmt: skip
+            self.anchor.witness(row)
+        except Exception as exc:  # noqa: BLE001 - the record is written; the anchor is extra
+            log.warning("the audit anchor of %s was not handed over (%s)", self.path, exc)
 
     def _position(self, fd: int) -> tuple[int, int, int, str]:
         """(size, next seq, lines so far, prev hash) of the file, checked against its head
@@ -296,12 +328,17 @@ class AuditLog:
         return out
 
 
-def open_audit_log(config: AuditConfig | None = None) -> AuditLog | None:
-    """The audit log the configuration asks for (None when turned off)."""
+def open_audit_log(
+    config: AuditConfig | None = None, anchor: TrailWitness | None = None
+) -> AuditLog | None:
+    """The audit log the configuration asks for (None when turned off); ``anchor``: where its
+    length is also recorded (the store's StoreWitness, see chexretrieve.audit.anchor)."""
     config = config or AuditConfig()
     if not config.enabled:
         return None
-    return AuditLog(config.resolved_path, fsync=config.fsync, key_path=config.resolved_key_path)
+    return AuditLog(
+        config.resolved_path, fsync=config.fsync, key_path=config.resolved_key_path, anchor=anchor
+    )
 
 
 def _parse_keyed(line: bytes, key: bytes) -> dict | None:
@@ -322,6 +359,18 @@ def _roll_back(fd: int, size: int) -> None:
     with contextlib.suppress(OSError):
         os.ftruncate(fd, size)
         os.fsync(fd)
+
+
+def _first_line(fd: int) -> bytes:
+    """The file's first line without its newline."""
+    data, offset = b"", 0
+    while True:
+        block = os.pread(fd, _TAIL_STEP, offset)
+        data += block
+        cut = data.find(b"\n")
+        if cut >= 0 or not block:
+            return data[:cut] if cut >= 0 else data
+        offset += len(block)
 
 
 def _last_line(fd: int) -> bytes:

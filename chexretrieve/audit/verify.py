@@ -5,7 +5,9 @@ A file is intact when every line is a JSON record whose HMAC matches under the k
 is the SHA-256 of the line before (64 zeros for the first), whose ``seq`` counts 1, 2, ... without
 a gap, and when the signed head record names exactly its line count, size, last ``seq`` and last
 line. Lines written before records were keyed carry no HMAC: they are checked by the unkeyed chain
-only, and the report says so.
+only, and the report says so. Given the anchors a store holds (``chexretrieve.audit.anchor``), the
+file must also still hold every record the store saw it hold: a missing, emptied, cut or replaced
+trail fails, saying how many records up to which seq were lost.
 """
 
 from __future__ import annotations
@@ -18,10 +20,11 @@ import io
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from chexretrieve.audit.anchor import check_against_anchors, missing_file_problems
 from chexretrieve.audit.keys import (
     GENESIS,
     AuditIntegrityError,
@@ -57,24 +60,30 @@ class AuditReport:
 
 
 def check_audit_file(
-    path: str | os.PathLike[str], key_path: str | os.PathLike[str] | None = None
+    path: str | os.PathLike[str],
+    key_path: str | os.PathLike[str] | None = None,
+    anchors: Sequence[Mapping] | None = None,
+    store: str = "the store",
 ) -> AuditReport:
     """Check ``path`` against the key in ``key_path`` (None: the default key file; it is never
-    created here) and its head record; see the module docstring."""
+    created here), its head record, and the ``anchors`` a store holds for its path or trail
+    (chexretrieve.audit.anchor; None: not checked against a store); see the module docstring."""
     path = Path(path)
     report = AuditReport(path)
     key_file = Path(key_path) if key_path is not None else default_key_path()
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        report._problem(None, f"cannot read {path}: {exc.strerror or exc}")
-        return report
     key: bytes | None = None
     key_trouble = ""
     try:
         key = read_key(key_file)
     except AuditIntegrityError as exc:
         key_trouble = str(exc)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        lost = missing_file_problems(str(path.resolve()), anchors or (), store)
+        for text in lost or [f"cannot read {path}: {exc.strerror or exc}"]:
+            report._problem(None, text)
+        return report
     rows = data.split(b"\n")
     incomplete = rows.pop()  # b"" when the file ends with a newline
     report.lines = len(rows)
@@ -119,6 +128,11 @@ def check_audit_file(
     if incomplete:
         report._problem(report.lines + 1, "incomplete record (the file does not end in a newline)")
     _check_head(report, path, data, rows, last_seq, key, key_trouble)
+    if anchors is not None:
+        found, notes = check_against_anchors(str(path.resolve()), rows, anchors, key, store)
+        for line, text in found:
+            report._problem(line, text)
+        report.notes.extend(notes)
     if report.unkeyed:
         report.notes.append(
             f"{report.unkeyed} of {report.lines} lines carry no HMAC (written before audit "

@@ -1,9 +1,10 @@
 """One archive's fitted density: the vMF mixture, its reference scores and its named components.
 
 An :class:`ArchiveDensity` is fitted from one encoder's gallery (ids, unit embeddings, labels) and
-kept as one ``.npz`` file (no pickles) under the cache root, keyed by the store, the encoder and the
-store's generation (``Store.archive_revision()``). It also records the gallery fingerprint and the
-fitted image ids, so a later reader can say exactly how far the archive has moved since
+kept as one sealed ``.npz`` file (no pickles; :mod:`chexretrieve.density.density_file`: keyed seal,
+provenance, values checked on save and load) under the cache root, keyed by the store, the encoder
+and the store's generation (``Store.archive_revision()``). It also records the gallery fingerprint
+and the fitted image ids, so a later reader can say exactly how far the archive has moved since
 (``drift``), and never uses a stale fit without saying so (:mod:`chexretrieve.density.provider`).
 
 What it holds:
@@ -30,21 +31,27 @@ import datetime as dt
 import hashlib
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from chexretrieve.cache import write_atomically
 from chexretrieve.density.config import DensityConfig
+from chexretrieve.density.density_file import (
+    FORMAT,
+    DensityFileError,
+    check_density,
+    check_provenance,
+    provenance,
+    read_density_file,
+    write_density_file,
+)
 from chexretrieve.findings import FINDINGS
 from chexretrieve.geometry.bessel import vmf_mean_length
 from chexretrieve.geometry.density_baselines import GaussianDensity
 from chexretrieve.geometry.movmf_density import MovMFDensity, select_movmf_density
 
-#: file format version (bumped when the layout changes; other versions are refitted)
-FORMAT = 1
 #: anchor sentences and labels kept per component name
 NAMED_SENTENCES = 3
 NAMED_LABELS = 3
@@ -161,7 +168,16 @@ class ArchiveDensity:
         return out
 
     # ------------------------------------------------------------------------- file format
-    def save(self, path: Path) -> None:
+    def check(self) -> None:
+        """ValueError naming the first value a fit cannot hold (density_file.check_density)."""
+        check_density(self)
+
+    def save(self, path: Path, *, sealed: bool = True) -> None:
+        """Write the fit as one sealed ``.npz`` (chexretrieve.density.density_file); ValueError
+        when a value is not what a fit holds (nothing written), SealError without the install's
+        key, OSError when the folder cannot be written. ``sealed=False`` only for a caller that
+        seals the file itself."""
+        check_density(self)
         meta = {
             "format": FORMAT,
             "encoder_id": self.encoder_id,
@@ -176,6 +192,7 @@ class ArchiveDensity:
             "components": [c.as_dict() for c in self.components],
             "ood_model": self.ood_model,
             "settings": self.settings,
+            "provenance": provenance(self),
         }
         extra = {}
         if self.gaussian is not None:
@@ -185,55 +202,66 @@ class ArchiveDensity:
             "image_ids": self.image_ids,
             "log_density": self.log_density,
             "reference": self.reference,
-            "meta": np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8),
             **self.model.to_arrays(),
         }
-        write_atomically(path, lambda tmp: np.savez(tmp, **arrays))
+        write_density_file(path, arrays, meta, provenance(self), sealed)
 
     @classmethod
-    def load(cls, path: Path) -> ArchiveDensity:
-        """Read a saved density; ValueError (with the path) for a damaged or foreign file."""
+    def load(
+        cls, path: Path, *, expect: Mapping | None = None, sealed: bool = True
+    ) -> ArchiveDensity:
+        """Read a saved fit, verified before use: DensityFileError (a ValueError naming the
+        file and the first problem) for a file that is unreadable, truncated, of another format,
+        unsealed, forged, fitted for other inputs than ``expect`` (keys of
+        ``density_file.provenance``: store, encoder, revision, ...) or holding values no fit
+        holds. ``sealed=False`` only for a caller that checked the file's seal itself."""
+        path = Path(path)
+        arrays, meta, inputs = read_density_file(path, sealed)
         try:
-            with np.load(path, allow_pickle=False) as data:
-                meta = json.loads(bytes(data["meta"]).decode())
-                if meta.get("format") != FORMAT:
-                    raise ValueError(f"format {meta.get('format')} (this version reads {FORMAT})")
-                model = MovMFDensity.from_arrays(data)
-                gaussian = None
-                if meta.get("ood_model", "movmf") == "gaussian":
-                    gaussian = GaussianDensity.from_arrays(
-                        {k: data[f"gaussian_{k}"] for k in ("mean", "covariance", "shrinkage")}
-                    )
-                return cls(
-                    encoder_id=meta["encoder_id"],
-                    store_label=meta["store_label"],
-                    revision=int(meta["revision"]),
-                    fingerprint=meta["fingerprint"],
-                    fitted_at=meta["fitted_at"],
-                    image_ids=np.asarray(data["image_ids"], dtype=np.int64),
-                    log_density=np.asarray(data["log_density"], dtype=np.float64),
-                    reference=np.asarray(data["reference"], dtype=np.float64),
-                    threshold=float(meta["threshold"]),
-                    ood_percentile=float(meta["ood_percentile"]),
-                    model=model,
-                    criterion=meta["criterion"],
-                    criterion_scores={int(k): v for k, v in meta["criterion_scores"].items()},
-                    components=tuple(
-                        ComponentName(
-                            c["component"],
-                            c["weight"],
-                            tuple(c["sentences"]),
-                            tuple(c["labels"]),
-                            c["labelled_mass"],
-                        )
-                        for c in meta["components"]
-                    ),
-                    ood_model=meta.get("ood_model", "movmf"),
-                    gaussian=gaussian,
-                    settings=meta.get("settings", ""),
+            density = cls._from_file(arrays, meta)
+            check_density(density)
+        except (KeyError, ValueError, TypeError) as exc:
+            reason = str(exc) if isinstance(exc, ValueError) else f"it lacks {exc}"
+            raise DensityFileError(path, reason) from None
+        check_provenance(path, density, inputs, expect)
+        return density
+
+    @classmethod
+    def _from_file(cls, data: dict, meta: dict) -> ArchiveDensity:
+        model = MovMFDensity.from_arrays(data)
+        gaussian = None
+        if meta.get("ood_model", "movmf") == "gaussian":
+            gaussian = GaussianDensity.from_arrays(
+                {k: data[f"gaussian_{k}"] for k in ("mean", "covariance", "shrinkage")}
+            )
+        return cls(
+            encoder_id=str(meta["encoder_id"]),
+            store_label=str(meta["store_label"]),
+            revision=int(meta["revision"]),
+            fingerprint=str(meta["fingerprint"]),
+            fitted_at=str(meta["fitted_at"]),
+            image_ids=np.asarray(data["image_ids"]),
+            log_density=np.asarray(data["log_density"], dtype=np.float64),
+            reference=np.asarray(data["reference"], dtype=np.float64),
+            threshold=float(meta["threshold"]),
+            ood_percentile=float(meta["ood_percentile"]),
+            model=model,
+            criterion=str(meta["criterion"]),
+            criterion_scores={int(k): float(v) for k, v in meta["criterion_scores"].items()},
+            components=tuple(
+                ComponentName(
+                    int(c["component"]),
+                    float(c["weight"]),
+                    tuple(c["sentences"]),
+                    tuple(c["labels"]),
+                    float(c["labelled_mass"]),
                 )
-        except (OSError, KeyError, ValueError, TypeError) as exc:
-            raise ValueError(f"the density file {path} cannot be read ({exc}); refit it") from None
+                for c in meta["components"]
+            ),
+            ood_model=str(meta.get("ood_model", "movmf")),
+            gaussian=gaussian,
+            settings=str(meta.get("settings", "")),
+        )
 
 
 def fitting_settings(config: DensityConfig) -> str:

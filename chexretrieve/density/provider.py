@@ -15,10 +15,21 @@ Which fit it uses, in order:
    with a note, so no search waits for one; one-shot commands (``background_fit_above`` =
    ``FIT_NOW``) fit and refit during the call.
 A gallery with fewer than ``min_images`` images gets no density and a note saying so.
+
+A saved fit is verified before use (:mod:`chexretrieve.density.density_file`: keyed seal,
+provenance, values). One that fails (unreadable, truncated, a bad CRC, forged, copied from another
+store or revision, NaN or misshapen values) is never used: it is moved to ``set-aside/`` beside the
+fits and refitted; in a server in the background, the searches meanwhile answering without
+typicality and saying so (``typicality unavailable: rebuilding``, or an older fit within the refit
+threshold flagged stale), in one-shot commands during the call; ``density show`` (which never
+fits) says it is damaged and leaves it in place.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import logging
+import os
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -36,12 +47,21 @@ from chexretrieve.density.archive import (
     saved_revisions,
 )
 from chexretrieve.density.config import FIT_NOW, DensityConfig
+from chexretrieve.density.density_file import DensityFileError
 from chexretrieve.findings import FINDINGS
+from chexretrieve.seal import SealError
+
+logger = logging.getLogger("chexretrieve.density")
 
 #: what the UI shows above the results of an out-of-distribution query
 OOD_MESSAGE = "this image is unlike the archive: results may not be meaningful"
 #: saved fits kept per (store, encoder); older ones are deleted after a new fit is saved
 KEPT_FITS = 2
+#: what a search says while a damaged fit is rebuilt in the background
+UNAVAILABLE_REBUILDING = "typicality unavailable: rebuilding"
+#: folder (beside the fits) damaged fits are moved to, and how many of them are kept there
+SET_ASIDE = "set-aside"
+SET_ASIDE_KEPT = 3
 
 
 @dataclass(frozen=True)
@@ -146,6 +166,10 @@ class ArchiveDensityProvider:
         self._fit_lock = threading.Lock()  # one fit at a time; waiting searches reuse it
         self._background: threading.Thread | None = None  # a fit of a large archive, running
         self._background_error = ""
+        # why the saved fit being rebuilt was damaged ("" when none is)
+        self._damage_note = ""
+        # damaged files that could not be set aside: path -> (mtime_ns, size) when found
+        self._rejected: dict[str, tuple[int, int]] = {}
         #: why the last fit could not be saved ("" when it was)
         self.save_error = ""
 
@@ -172,10 +196,11 @@ class ArchiveDensityProvider:
             ]:
                 old.unlink(missing_ok=True)
             self.save_error = ""
-        except OSError as exc:  # an unwritable cache costs a refit per process, never a search
+        except (OSError, SealError) as exc:  # costs a refit per process, never a search
+            why = exc.strerror or exc if isinstance(exc, OSError) else exc
             self.save_error = (
-                f"the density could not be saved under {self.folder} ({exc.strerror or exc}); "
-                "it is kept in memory only"
+                f"the density could not be saved under {self.folder} ({why}); it is kept in "
+                "memory only"
             )
         with self._lock:
             self._current = density
@@ -211,23 +236,15 @@ class ArchiveDensityProvider:
             held = None  # fitted under other settings (an edited DensityConfig): not reused
         if held is not None and held.fingerprint == gallery.fingerprint:
             return held, False, ""
-        candidate = held
-        for revision, path in saved_revisions(self.folder, self.store.label, self.encoder_id):
-            if held is not None and revision == held.revision:
-                break  # the newest file is the fit held in memory: no need to read it again
-            try:
-                saved = ArchiveDensity.load(path)
-            except ValueError:
-                continue  # damaged: refitted below if nothing else serves
-            if saved.settings != settings:
-                break  # fitted under other settings: refitted below
-            if saved.fingerprint == gallery.fingerprint:
-                with self._lock:
-                    self._current = saved
-                return saved, False, ""
-            if candidate is None or saved.revision > candidate.revision:
-                candidate = saved
-            break  # only the newest readable file matters
+        candidate, damage = self._newest_saved(held, settings, gallery.fingerprint)
+        if candidate is not None and candidate.fingerprint == gallery.fingerprint:
+            with self._lock:
+                self._current = candidate
+            return candidate, False, ""
+        if damage is not None or self._rebuilding():
+            rebuilt = self._rebuild(gallery, candidate)
+            if rebuilt is not None:
+                return rebuilt
         if candidate is not None:
             drift = candidate.drift(gallery.image_ids)
             if drift <= self.config.refit_fraction:
@@ -269,6 +286,9 @@ class ArchiveDensityProvider:
             )
         if len(gallery) > self.config.background_fit_above:
             return None, False, "no density yet: " + self._fit_in_background(gallery)
+        return self._fit_now(gallery, settings), False, ""
+
+    def _fit_now(self, gallery, settings: str) -> ArchiveDensity:
         with self._fit_lock:
             with self._lock:
                 held = self._current
@@ -277,8 +297,103 @@ class ArchiveDensityProvider:
                 and held.fingerprint == gallery.fingerprint
                 and held.settings == settings
             ):
-                return held, False, ""  # fitted by another search meanwhile
-            return self.fit(gallery), False, ""
+                return held  # fitted by another search meanwhile
+            return self.fit(gallery)
+
+    # --------------------------------------------------------------- damaged saved fits
+    def _newest_saved(
+        self, held, settings: str, fingerprint: str
+    ) -> tuple[ArchiveDensity | None, DensityFileError | None]:
+        """(the newest saved fit usable under ``settings``, or the held one; the damage found on
+        the way). A damaged file is set aside (when this provider may refit) and skipped."""
+        damage = None
+        for revision, path in saved_revisions(self.folder, self.store.label, self.encoder_id):
+            if held is not None and revision == held.revision:
+                break  # the newest file is the fit held in memory: no need to read it again
+            if self._rejected_before(path):
+                continue
+            expect = {"store": self.store.label, "encoder": self.encoder_id, "revision": revision}
+            try:
+                saved = ArchiveDensity.load(path, expect=expect)
+            except DensityFileError as exc:
+                damage = damage or exc
+                self._set_aside(path, exc)
+                continue  # an older file may still serve; this one is refitted
+            if saved.settings != settings:
+                break  # fitted under other settings: refitted
+            if held is None or saved.revision > held.revision or saved.fingerprint == fingerprint:
+                return saved, damage
+            break  # only the newest readable file matters
+        return held, damage
+
+    def _rejected_before(self, path: Path) -> bool:
+        """A file this provider found damaged and could not move, unchanged since."""
+        try:
+            info = path.stat()
+        except OSError:
+            return True
+        return self._rejected.get(str(path)) == (info.st_mtime_ns, info.st_size)
+
+    def _set_aside(self, path: Path, damage: DensityFileError) -> None:
+        """Move a damaged fit into ``set-aside/`` (kept for inspection, SET_ASIDE_KEPT of them);
+        a provider that may not refit (``density show``) leaves it where it is."""
+        with self._lock:
+            self._damage_note = damage.reason
+        if not self.config.fit_on_search:
+            return  # `density show`: its one line says it
+        logger.warning("archive density %s set aside and refitted: %s", path, damage.reason)
+        aside = path.parent / SET_ASIDE
+        stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%fZ")
+        try:
+            aside.mkdir(exist_ok=True, mode=0o700)
+            os.replace(path, aside / f"{path.stem}-{stamp}-{os.getpid()}{path.suffix}")
+        except FileNotFoundError:
+            return  # another process set it aside first
+        except OSError as exc:  # a read-only folder: remember it, never read it again unchanged
+            logger.warning("cannot set %s aside (%s)", path, exc.strerror or exc)
+            try:
+                info = path.stat()
+                self._rejected[str(path)] = (info.st_mtime_ns, info.st_size)
+            except OSError:
+                pass
+            return
+        kept = sorted(aside.glob("revision-*.npz"), key=lambda p: p.name, reverse=True)
+        for old in kept[SET_ASIDE_KEPT:]:
+            old.unlink(missing_ok=True)
+
+    def _rebuilding(self) -> bool:
+        with self._lock:
+            running = self._background is not None and self._background.is_alive()
+            return running and bool(self._damage_note)
+
+    def _rebuild(self, gallery, candidate) -> tuple | None:
+        """What a search gets while a damaged fit is rebuilt: refitted now in one-shot commands,
+        in the background in a server (the search answers without typicality meanwhile, or with
+        an older fit within the refit threshold, flagged stale). None: the usual rules apply."""
+        with self._lock:
+            reason = self._damage_note
+        if not self.config.fit_on_search:  # `density show`: says so, changes nothing
+            if candidate is not None:
+                return None
+            return (
+                None,
+                False,
+                f"density unavailable: the saved archive density is damaged ({reason}); "
+                "`chexretrieve density fit` (or the next search) refits it",
+            )
+        what = f"the saved archive density was damaged ({reason}) and set aside"
+        if self.config.background_fit_above >= FIT_NOW:
+            density = self._fit_now(gallery, fitting_settings(self.config))
+            with self._lock:
+                self._damage_note = ""
+            return density, False, f"{what}; refitted now"
+        started = self._fit_in_background(gallery)
+        if (
+            candidate is not None
+            and candidate.drift(gallery.image_ids) <= self.config.refit_fraction
+        ):
+            return candidate, True, f"{what}: an older fit serves meanwhile ({started})"
+        return None, False, f"{UNAVAILABLE_REBUILDING}; {what}; {started}"
 
     def _fit_in_background(self, gallery) -> str:
         """Start (once) a fit of ``gallery`` in a thread; the note searches carry meanwhile."""
@@ -302,6 +417,8 @@ class ArchiveDensityProvider:
         try:
             with self._fit_lock:
                 self.fit(gallery)
+            with self._lock:
+                self._damage_note = ""
         except Exception as exc:  # noqa: BLE001 - a thread's failure is reported by the next note
             with self._lock:
                 self._background_error = f"{type(exc).__name__}: {exc}"

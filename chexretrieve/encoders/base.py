@@ -7,14 +7,36 @@ preprocessing. Embeddings come back L2-normalised, float32, shape (n, embed_dim)
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+#: transformers' top-level module resolves its names lazily, and not safely for threads: two
+#: threads asking for ``AutoModel`` at once (a server's first search and its warm-up thread)
+#: made one fail with "cannot import name 'AutoModel' from 'transformers'" (issue 36); every
+#: name of it chexretrieve uses is resolved through :func:`from_transformers`, under this lock
+_TRANSFORMERS_LOCK = threading.Lock()
+
 
 class EncoderError(ValueError):
     """A model could not be loaded or used; the message names the file and the problem."""
+
+
+def from_transformers(*names: str) -> tuple:
+    """The named attributes of ``transformers`` (e.g. "AutoModel"), resolved one thread at a
+    time; "utils.logging" names a submodule's attribute."""
+    with _TRANSFORMERS_LOCK:
+        import transformers
+
+        found = []
+        for name in names:
+            value = transformers
+            for part in name.split("."):
+                value = getattr(value, part)
+            found.append(value)
+        return tuple(found)
 
 
 @runtime_checkable

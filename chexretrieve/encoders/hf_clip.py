@@ -30,6 +30,7 @@ from chexretrieve.encoders.base import (
     check_greyscale_images,
     check_rgb_images,
     check_texts,
+    from_transformers,
     unit_rows,
 )
 from chexretrieve.encoders.checkpoint import hash_files
@@ -173,12 +174,13 @@ def load_hf_clip_encoder(
             "pytorch_model.bin)"
         )
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from transformers import AutoImageProcessor, AutoModel, AutoTokenizer
-
+    auto_image_processor, auto_model, auto_tokenizer = from_transformers(
+        "AutoImageProcessor", "AutoModel", "AutoTokenizer"
+    )
     try:
-        model = AutoModel.from_pretrained(folder, local_files_only=True)
-        image_processor = AutoImageProcessor.from_pretrained(folder, local_files_only=True)
-        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+        model = auto_model.from_pretrained(folder, local_files_only=True)
+        image_processor = auto_image_processor.from_pretrained(folder, local_files_only=True)
+        tokenizer = auto_tokenizer.from_pretrained(folder, local_files_only=True)
     # transformers and safetensors raise many types (OSError, ValueError, SafetensorError, ...)
     except Exception as error:
         first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]

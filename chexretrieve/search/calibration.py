@@ -12,10 +12,15 @@ never gets a lower chance. ``chance`` is the same share for a random pair of arc
 
 "Unlike the archive": the query's highest cosine with any archived image (its own study
 excluded) is below the 1st percentile of that value over the sampled archived images.
+
+Kept on disk (the archive index), a calibration is a sealed record (``calibration_record``) and is
+read back only through ``calibration_from_record``: the install's seal over its values and inputs,
+then the values checked (``check_calibration``: chances in [0, 1], non-increasing with the rank).
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -123,3 +128,70 @@ def calibrate(
         chance=present**2 + (1.0 - present) ** 2,
         nearest_low=float(np.percentile(nearest, 1)) if nearest else float("nan"),
     )
+
+
+# ------------------------------------------------------------------- kept on disk (issue 36)
+#: the seal's kind of a stored calibration
+SEAL_KIND = "rank-calibration"
+
+
+def check_calibration(calibration: RankCalibration) -> None:
+    """ValueError naming the first value no calibration holds: chances outside [0, 1], NaN, or
+    rising with the rank; no queries; a chance level outside [0, 1]; a cosine outside [-1, 1]."""
+    chances = np.asarray(calibration.probabilities, dtype=np.float64)
+    if chances.ndim != 1 or chances.size == 0:
+        raise ValueError(f"it holds {chances.size} chances per rank")
+    if not np.isfinite(chances).all() or (chances < 0).any() or (chances > 1).any():
+        raise ValueError("it holds chances outside [0, 1] or not finite")
+    if (np.diff(chances) > 1e-12).any():
+        raise ValueError("its chances rise with the rank (they are made non-increasing)")
+    if int(calibration.n_queries) < 1:
+        raise ValueError(f"it was measured on {calibration.n_queries} queries")
+    if not 0 <= calibration.chance <= 1:
+        raise ValueError(f"its chance level is {calibration.chance}")
+    low = calibration.nearest_low
+    if low == low and not -1 - 1e-6 <= low <= 1 + 1e-6:  # NaN: no archived query had a neighbour
+        raise ValueError(f"its nearest-cosine percentile is {low}")
+
+
+def calibration_record(calibration: RankCalibration, inputs: dict) -> dict:
+    """The calibration as a JSON-ready record, sealed (chexretrieve.seal, the install's key) with
+    the ``inputs`` it was measured from (archive, geometry, anchor set, finding, top k, ...)."""
+    from chexretrieve.seal import canonical_json, seal
+
+    check_calibration(calibration)
+    values = _values(calibration)
+    digest = hashlib.sha256(canonical_json(values)).hexdigest()
+    return {**values, "seal": seal(SEAL_KIND, {"values": digest}, inputs)}
+
+
+def calibration_from_record(record: object, inputs: dict) -> RankCalibration:
+    """The calibration of a stored record, verified before use: ValueError (SealError for a
+    forged, edited or foreign record, or one made from other ``inputs``) naming the problem."""
+    from chexretrieve.seal import canonical_json, check_seal
+
+    if not isinstance(record, dict):
+        raise ValueError("the stored calibration is not a JSON object")
+    try:
+        calibration = RankCalibration(
+            probabilities=tuple(float(v) for v in record["probabilities"]),
+            n_queries=int(record["n_queries"]),
+            chance=float(record["chance"]),
+            nearest_low=float("nan" if record["nearest_low"] is None else record["nearest_low"]),
+        )
+    except (KeyError, TypeError, ValueError):
+        raise ValueError("the stored calibration lacks or mistypes a value") from None
+    digest = hashlib.sha256(canonical_json(_values(calibration))).hexdigest()
+    check_seal(record.get("seal"), SEAL_KIND, {"values": digest}, inputs)
+    check_calibration(calibration)
+    return calibration
+
+
+def _values(calibration: RankCalibration) -> dict:
+    low = calibration.nearest_low
+    return {
+        "probabilities": [float(v) for v in calibration.probabilities],
+        "n_queries": int(calibration.n_queries),
+        "chance": float(calibration.chance),
+        "nearest_low": None if low != low else float(low),
+    }

@@ -2,19 +2,22 @@
 
 An entry is two files in the features folder: ``<key>.npy`` (the (n, d) feature rows in the
 storage dtype) and ``<key>.json``, its record: the SHA-256 and byte count of the ``.npy`` file,
-its shape and dtype, and the inputs it was computed from (encoder, archive fingerprint and
-revision, anchor set and its content hash, geometry and settings) with their SHA-256. A file is
-served only when every one of these matches what the search asks for and its rows are finite and
-not all zero; anything else (another entry's file copied or linked in, flipped bytes, a short,
-empty or unreadable file, a folder in its place, a missing or foreign record) is reported by
-:func:`read_feature_file` with the reason, and the features are recomputed.
+its shape and dtype, the inputs it was computed from (encoder, archive fingerprint and revision,
+anchor set and its content hash, geometry and settings) with their SHA-256, and a keyed seal
+(:mod:`chexretrieve.seal`, the install's key) over the payload's SHA-256, its size, shape and
+dtype and the inputs' SHA-256. A file is served only when every one of these matches what the
+search asks for, the seal is this install's, and its rows are finite and not all zero; anything
+else (another entry's file copied or linked in, flipped bytes, a short, empty or unreadable file, a
+folder in its place, a missing or foreign record, a record whose checksum was recomputed by
+someone without the key) is reported by :func:`read_feature_file` with the reason, and the
+features are recomputed.
 
 Writing: payload first, then the record, each into a temporary file that is fsync'ed and renamed
 over the final name (the folder is fsync'ed after); a reader sees the old entry, the new one, or
 a payload whose record does not match it yet (recomputed), never half a file.
 
-These records protect against damage and mix-ups, not against someone who may write the folder:
-keep it writable by the server's user only (it is created with mode 0700).
+The seal also stands against someone who may write the folder but not read the install's key
+(a plain checksum they would recompute); the folder is still created with mode 0700.
 """
 
 from __future__ import annotations
@@ -29,13 +32,28 @@ from pathlib import Path
 
 import numpy as np
 
-RECORD_FORMAT = 1
+from chexretrieve.seal import SealError, check_seal, seal
+
+#: 2: records carry a keyed seal (format 1 records are recomputed)
+RECORD_FORMAT = 2
+#: the seal's kind
+SEAL_KIND = "feature-block"
 
 
 def inputs_digest(inputs: dict) -> str:
     """SHA-256 of the inputs, key order independent."""
     text = json.dumps(inputs, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def sealed_inputs(inputs: dict, shape, dtype: str, size: int) -> dict:
+    """What an entry's seal covers besides its payload's SHA-256."""
+    return {
+        "inputs_sha256": inputs_digest(inputs),
+        "shape": [int(x) for x in shape],
+        "dtype": str(dtype),
+        "bytes": int(size),
+    }
 
 
 def record_path(path: Path) -> Path:
@@ -115,8 +133,16 @@ def read_feature_file(
         data = _read(path)
     except OSError as exc:
         raise FeatureFileRejected(f"it cannot be read ({exc.strerror or exc})") from None
-    if hashlib.sha256(data).hexdigest() != wanted_payload:
+    measured = hashlib.sha256(data).hexdigest()
+    if measured != wanted_payload:
         raise FeatureFileRejected("its content does not match its recorded SHA-256")
+    try:
+        check_seal(
+            record.get("seal"), SEAL_KIND, {"payload": measured},
+            sealed_inputs(inputs, shape, dtype, len(data)),
+        )  # fmt: skip
+    except SealError as exc:
+        raise FeatureFileRejected(f"its record's seal fails: {exc}") from None
     rows = _parse_npy(data, tuple(shape), dtype)
     if not np.isfinite(rows).all():
         raise FeatureFileRejected("it holds NaN or infinite values")
@@ -146,13 +172,17 @@ def _parse_npy(data: bytes, shape: tuple[int, int], dtype: str) -> np.ndarray:
 
 def write_feature_file(path: Path, rows: np.ndarray, inputs: dict) -> None:
     """Write the entry (payload, then record), each fsync'ed before its rename; OSError when the
-    folder cannot be written (read-only, full, a folder in the entry's place)."""
+    folder cannot be written (read-only, full, a folder in the entry's place), SealError when the
+    install's key cannot be had (nothing is written)."""
     buffer = io.BytesIO()
     np.save(buffer, np.ascontiguousarray(rows), allow_pickle=False)
     payload = buffer.getvalue()
+    digest = hashlib.sha256(payload).hexdigest()
+    sealed = sealed_inputs(inputs, rows.shape, np.dtype(rows.dtype).name, len(payload))
     record = {
         "format": RECORD_FORMAT,
-        "payload_sha256": hashlib.sha256(payload).hexdigest(),
+        "seal": seal(SEAL_KIND, {"payload": digest}, sealed),
+        "payload_sha256": digest,
         "bytes": len(payload),
         "shape": list(rows.shape),
         "dtype": np.dtype(rows.dtype).name,

@@ -20,6 +20,7 @@ import numpy as np
 from chexretrieve.cache import cache_folder
 from chexretrieve.geometry import GEOMETRY_CHOICES as _GEOMETRY_CHOICES
 from chexretrieve.geometry import GeometryName, fit_geometry, geometry_name
+from chexretrieve.seal import SealError
 from chexretrieve.search.feature_files import (
     FeatureFileRejected,
     read_feature_file,
@@ -333,7 +334,7 @@ class FeatureCache:
         file goes) costs one warning, and the features stay in memory for this process."""
         try:
             write_feature_file(path, features.array, inputs)
-        except OSError as exc:
+        except (OSError, SealError) as exc:
             if not self._write_warned:
                 self._write_warned = True
                 logger.warning(
@@ -341,7 +342,7 @@ class FeatureCache:
                     "only, so searches go on but recompute after a restart (make the folder "
                     "writable, free space, or set SearchConfig.feature_cache_dir)",
                     path.parent,
-                    exc.strerror or exc,
+                    getattr(exc, "strerror", None) or exc,
                 )
 
 

@@ -333,4 +333,30 @@ class UserAccount(Base):
     updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
 
 
+class AuditAnchor(Base):
+    """What the store saw of an audit trail (issue 36): its length and last line at the last
+    record written by a process using this store, so a trail emptied, cut or deleted together
+    with its head record is still found out (chexretrieve.audit.anchor). One row per trail."""
+
+    __tablename__ = "audit_anchors"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    # SHA-256 of the trail's first line: which trail (a new file at the same path is another)
+    trail: Mapped[str] = mapped_column(String(64), unique=True)
+    # absolute path of the audit file when the row was last written
+    path: Mapped[str] = mapped_column(Text)
+    # the last record's seq, the number of lines and bytes up to it, and that line's SHA-256
+    seq: Mapped[int] = mapped_column(BigInteger)
+    lines: Mapped[int] = mapped_column(BigInteger)
+    size: Mapped[int] = mapped_column(BigInteger)
+    last: Mapped[str] = mapped_column(String(64))
+    # set by `chexretrieve audit retire`: who retired the trail, when and why (a trail knowingly
+    # archived or lost is no longer reported as missing); NULL for a live trail
+    retired: Mapped[str | None] = mapped_column(Text)
+    # HMAC-SHA256 under the audit key of the fields above (an edited row is found out)
+    mac: Mapped[str] = mapped_column(String(64))
+    first_seen: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
+
+
 metadata = Base.metadata

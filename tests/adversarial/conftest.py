@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).resolve().parent
-# our helpers, and the ingest, anchors and UI tests' ones (imported, never copied)
-for helper_folder in (HERE, *(HERE.parent / name for name in ("ingest", "anchors", "ui"))):
+# our helpers, and the ingest, anchors, UI and density tests' ones (imported, never copied)
+for helper_folder in (HERE, *(HERE.parent / n for n in ("ingest", "anchors", "ui", "density"))):
     if str(helper_folder) not in sys.path:
         sys.path.insert(0, str(helper_folder))
 
@@ -46,6 +46,9 @@ CATEGORIES = {
     "test_adv_readonly_store": "17 read-only and other-schema stores",
     "test_adv_access": "18 accounts, roles, REST routes",
     "test_adv_inputs": "19 previews, picker, input caps",
+    # issue 36's findings
+    "test_adv_artefacts": "20 damaged or forged density, start-up race",
+    "test_adv_audit_anchor": "21 audit trail anchored in the store",
 }
 
 

@@ -1,4 +1,5 @@
-"""Issue 23, finding 3: damaged, swapped or unreadable feature cache files are never served.
+"""Issue 23, finding 3: damaged, swapped or unreadable feature cache files are never served; issue
+36, finding 4: nor one whose record's SHA-256 was recomputed by someone without the install's key.
 
 Each case damages the Edema/softmax entry of a features folder the way a faulty disk, a careless
 copy or a stray process would, then a fresh service (a new process' view) searches: its scores must
@@ -93,6 +94,10 @@ def _damage(name: str, folder: Path, edema: str, other: str) -> None:
         rows = np.load(target)
         np.save(target, np.full_like(rows, np.nan if "NaN" in name else 0.0))
         _consistent_record(target)
+    elif name == "rows reordered, record's SHA-256 recomputed":  # issue 36, finding 4
+        rows = np.load(target)
+        np.save(target, np.ascontiguousarray(rows[::-1]))
+        _consistent_record(target)
     elif name == "zero-byte file":
         target.write_bytes(b"")
     elif name == "half a file":
@@ -120,6 +125,7 @@ DAMAGE = [
     "flipped payload bytes",
     "all NaN, record matching",
     "all zero, record matching",
+    "rows reordered, record's SHA-256 recomputed",
     "zero-byte file",
     "half a file",
     "record missing",

@@ -165,16 +165,32 @@ def test_no_fit_and_fit_on_search_off_says_what_to_run(tmp_path):
     assert isinstance(out, DensityUnavailable) and "min_images" in out.note
 
 
-def test_a_damaged_file_is_refitted_not_trusted(tmp_path):
+def test_a_damaged_file_is_set_aside_and_refitted_not_trusted(tmp_path):
+    from chexretrieve.density.config import FIT_NOW
+
     gallery = _gallery()
     _provider(tmp_path).assess(CENTRES[0], gallery)
     [(_, path)] = saved_revisions(tmp_path / "density", FakeStore.label, "fake:1")
     path.write_bytes(b"not a density")
-    with pytest.raises(ValueError, match="cannot be read"):
+    with pytest.raises(ValueError, match="not a complete .npz"):
         ArchiveDensity.load(path)
-    out = _provider(tmp_path).assess(CENTRES[0], gallery)
-    assert isinstance(out, QueryDensity) and not out.stale
+    server = _provider(tmp_path)  # a server: refitted in the background, said meanwhile
+    out = server.assess(CENTRES[0], gallery)
+    assert isinstance(out, DensityUnavailable)
+    assert (
+        out.note.startswith("typicality unavailable: rebuilding") and "not a complete" in out.note
+    )
+    assert [p.name.split("-")[0] for p in (path.parent / "set-aside").iterdir()] == ["revision"]
+    server.wait_for_background_fit(timeout=120)
+    out = server.assess(CENTRES[0], gallery)
+    assert isinstance(out, QueryDensity) and not out.stale and not out.note
     ArchiveDensity.load(path)  # replaced by a readable fit
+    path.write_bytes(b"")
+    command = _provider(tmp_path, background_fit_above=FIT_NOW)  # a one-shot command: now
+    out = command.assess(CENTRES[0], gallery)
+    assert (
+        isinstance(out, QueryDensity) and "empty (0 bytes)" in out.note and "refitted" in out.note
+    )
 
 
 def test_components_are_named_by_anchor_sentences_and_dominant_labels(tmp_path):

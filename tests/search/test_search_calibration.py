@@ -65,3 +65,45 @@ def test_large_archives_sample_fewer_calibration_queries() -> None:
     assert queries_for(1_000_000, 200) == 20
     assert queries_for(200_000, 200) == 100
     assert queries_for(1_000_000, 10) == 10
+
+
+def _stored(values: dict, inputs: dict) -> dict:
+    """A record sealed with the install's key as a faulty writer leaves it (values unchecked)."""
+    import hashlib
+
+    from chexretrieve.seal import canonical_json, seal
+
+    digest = hashlib.sha256(canonical_json(values)).hexdigest()
+    return {**values, "seal": seal("rank-calibration", {"values": digest}, inputs)}
+
+
+def test_a_stored_calibration_is_read_back_only_when_sealed_and_sane() -> None:
+    import json
+    import re
+
+    from chexretrieve.seal import SealError
+    from chexretrieve.search.calibration import (
+        RankCalibration,
+        calibration_from_record,
+        calibration_record,
+    )
+
+    inputs = {"archive": "f" * 64, "geometry": "softmax", "finding": "Edema", "top_k": 3}
+    made = RankCalibration((0.9, 0.8, 0.8), 20, 0.6, float("nan"))
+    record = json.loads(json.dumps(calibration_record(made, inputs)))
+    back = calibration_from_record(record, inputs)
+    assert back.probabilities == made.probabilities and np.isnan(back.nearest_low)
+    with pytest.raises(SealError, match="other inputs"):
+        calibration_from_record(record, {**inputs, "geometry": "gaussian"})
+    edited = {**record, "probabilities": [0.99, 0.99, 0.99]}
+    with pytest.raises(SealError, match="changed after it was sealed"):
+        calibration_from_record(edited, inputs)
+    values = {"n_queries": 20, "chance": 0.6, "nearest_low": 0.5}
+    for probabilities, words in (
+        ([0.2, 0.9, 0.95], "rise with the rank"),
+        ([float("nan"), 0.5, 0.4], "not finite"),
+        ([1.5, 0.5, 0.4], "outside [0, 1]"),
+    ):
+        bad = _stored({**values, "probabilities": probabilities}, inputs)
+        with pytest.raises(ValueError, match=re.escape(words)):
+            calibration_from_record(bad, inputs)

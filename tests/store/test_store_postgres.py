@@ -100,3 +100,36 @@ def test_ingest_into_postgresql(postgres_url, tmp_path, monkeypatch):
         assert again.counts["already-present"] == 5
         assert store.gallery(encoder.encoder_id).metadata.source_format.tolist() == ["png"] * 5
         assert store.integrity_check() == []
+
+
+def test_audit_anchors_only_move_forward_on_postgresql(postgres_url):
+    """Issue 36: racing writers of one trail's anchor leave the highest seq (any order)."""
+    from chexretrieve.store.audit_anchor import AuditAnchorTable
+
+    open_store(postgres_url).close()
+    tables = [AuditAnchorTable(postgres_url) for _ in range(4)]
+    barrier = threading.Barrier(len(tables))
+
+    def row(seq: int) -> dict:
+        return {"trail": "t" * 64, "path": "/a/trail.jsonl", "seq": seq, "lines": seq,
+                "size": 100 * seq, "last": f"{seq:064d}", "mac": "m" * 64}  # fmt: skip
+
+    def write(j: int, table) -> None:  # noqa: ANN001
+        barrier.wait()
+        for seq in range(50 - j, 0, -4):  # every writer goes backwards from its own top
+            table.write(row(seq))
+
+    threads = [threading.Thread(target=write, args=(j, t)) for j, t in enumerate(tables)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    [stored] = tables[0].rows(path="/a/trail.jsonl")
+    assert (stored["seq"], stored["lines"], stored["last"]) == (50, 50, f"{50:064d}")
+    assert tables[0].write(row(49)) is False and tables[0].write(row(51)) is True
+    assert tables[0].retire("t" * 64, "retired by x", "n" * 64)
+    assert tables[0].rows(trail="t" * 64)[0]["retired"] == "retired by x"
+    tables[0].write(row(52))  # written again: live again
+    assert tables[0].rows(trail="t" * 64)[0]["retired"] is None
+    for table in tables:
+        table.close()
