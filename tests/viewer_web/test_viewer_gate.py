@@ -229,12 +229,16 @@ def test_may_see_phi_rule():
         assert may_see_phi("someone", role, accounts=True) is False
 
 
-def test_grants_and_sessions_expire(monkeypatch):
-    import chexretrieve.viewer_web.access as access_module
+@pytest.mark.parametrize("kept", ["memory", "store"])
+def test_grants_and_sessions_expire(tmp_path, kept):
+    from chexretrieve.store import open_store
+    from chexretrieve.store.access_state import AccessState
 
     now = [1000.0]
-    monkeypatch.setattr(access_module.time, "monotonic", lambda: now[0])
-    access = ViewerAccess(ttl_s=60)
+    state = None
+    if kept == "store":
+        state = AccessState(open_store(f"sqlite:///{tmp_path / 'grants.sqlite'}"))
+    access = ViewerAccess(ttl_s=60, state=state, clock=lambda: now[0])
     grant = access.grant("u", ["1.2"])
     session = access.open(grant, "u", ["1.2"])
     assert access.allowed(session, "u", "1.2") and not access.allowed(session, "u", "1.3")
