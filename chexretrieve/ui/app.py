@@ -128,9 +128,9 @@ def sign_in_message(access: AccessConfig) -> str:
     nothing for a throttled attempt, which the server answers 429)."""
     return (
         f"chexretrieve case lookup: sign in with your own account. After "
-        f"{access.user_free_failures} failed attempts each further one waits "
-        f"{access.first_delay_s:g} s, then twice as long (up to {access.max_delay_s / 60:g} min); "
-        "while it waits the form does nothing."
+        f"{access.user_free_failures} failed attempts the next one waits "
+        f"{access.first_delay_s:g} s, and each further failure doubles the wait (up to "
+        f"{access.max_delay_s / 60:g} min); while it waits the form does nothing."
     )
 
 

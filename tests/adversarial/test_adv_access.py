@@ -335,6 +335,13 @@ def test_https_with_ssl_certfile_and_keyfile(world, cases, tmp_path):
             config = session.get("config")
         ok = answer.status_code == 200 and config.status_code == 200
         cases.check("HTTPS served with the given certificate", ok, str(config.status_code))
-        assert ok
+        cookies = [c.lower() for c in answer.headers.get_list("set-cookie")]
+        secure = bool(cookies) and all(
+            c.startswith("__host-") and "; secure" in c and "samesite=lax" in c
+            and "httponly" in c for c in cookies
+        )  # fmt: skip
+        cases.check("over TLS the session cookie is __Host-, Secure, HttpOnly, SameSite=Lax",
+                    secure, str(cookies))  # fmt: skip
+        assert ok and secure
     finally:
         app.close(verbose=False)
