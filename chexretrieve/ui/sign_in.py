@@ -248,7 +248,8 @@ class SignInDesk:
 # ---------------------------------------------------------------------------------- helpers
 async def read_credentials(scope, receive) -> tuple[str, str]:  # noqa: ANN001
     """(name, password) of a sign-in body: urlencoded, multipart or JSON; SignInRefused for a
-    body too large (413), of another type (415) or without both fields (400)."""
+    body too large (413), of another type (415), unreadable (400) or without both fields
+    (422)."""
     body = b""
     while True:
         message = await receive()
@@ -277,9 +278,9 @@ async def read_credentials(scope, receive) -> tuple[str, str]:  # noqa: ANN001
         )
     name, password = fields.get("username"), fields.get("password")
     if not isinstance(name, str) or not isinstance(password, str) or not name.strip():
-        raise SignInRefused(400, "a user name and a password (text) are needed")
+        raise SignInRefused(422, "a user name and a password (text) are needed")
     if not password:
-        raise SignInRefused(400, "a user name and a password (text) are needed")
+        raise SignInRefused(422, "a user name and a password (text) are needed")
     return name.strip(), password
 
 
