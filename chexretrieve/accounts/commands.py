@@ -3,6 +3,12 @@
 Passwords are read from a prompt (typed twice, not echoed) or, with ``--password-stdin``, from the
 first line of standard input; never from the command line, where other users of the machine and
 the shell history would see them. Each change is one line on stderr; errors exit with status 2.
+
+A new password (``passwd``), a new role (``role``) and ``disable`` end every open session of the
+account at once, in every server process on the store; ``sign-out`` only ends them. Each is
+written to the audit trail (``session_revoked``, with how many sessions ended and who did it).
+``$CHEXRETRIEVE_SITE_NAME`` (e.g. the hospital's name) joins the words a new password must not be
+built from.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ import sys
 import typer
 
 users_app = typer.Typer(
-    help="Accounts of the case-lookup server: add, disable, enable, passwd, role, list.",
+    help="Accounts of the case-lookup server: add, disable, enable, passwd, role, sign-out, list.",
     no_args_is_help=True,
 )
 
@@ -22,12 +28,37 @@ _DB_HELP = (
 )
 
 
+#: what ended sessions say on stderr (filled by the book's hook, printed after the change)
+_ENDED: list[str] = []
+
+
 def _book(db: str | None):  # noqa: ANN202
+    import os
+
     from chexretrieve.accounts.book import AccountBook
+    from chexretrieve.accounts.config import AccessConfig
     from chexretrieve.app.stores import resolve_read_store
     from chexretrieve.store import open_store
 
-    return AccountBook(open_store(resolve_read_store(db)))
+    site = os.environ.get("CHEXRETRIEVE_SITE_NAME", "").strip()
+    config = AccessConfig()
+    if site:
+        config = AccessConfig(site_words=(*config.site_words, site))
+    return AccountBook(open_store(resolve_read_store(db)), config, on_sessions_ended=_audited)
+
+
+def _audited(name: str, reason: str, count: int) -> None:
+    """Write the sessions an account change ended to the audit trail (and say so)."""
+    from chexretrieve.audit import open_audit_log
+    from chexretrieve.audit.log import current_user
+
+    _ENDED.append(f"{count} open session(s) of {name} ended ({reason})")
+    audit = open_audit_log()
+    if audit is not None:
+        audit.record(
+            "session_revoked", name, outcome="revoked", reason=reason, sessions=count,
+            by=current_user(), client="command line",
+        )  # fmt: skip
 
 
 def _read_password(from_stdin: bool, name: str, env: str | None = None) -> str:
@@ -62,11 +93,15 @@ def _run(action) -> None:  # noqa: ANN001
     from chexretrieve.store import StoreError
 
     console = Console(stderr=True)
+    _ENDED.clear()
     try:
         console.print(escape(action()))
     except (ValueError, StoreError, OSError) as exc:
         console.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from None
+    finally:
+        for line in _ENDED:
+            console.print(escape(line))
 
 
 _ROLE_HELP = (
@@ -140,7 +175,7 @@ def disable_command(
     name: str = typer.Argument(..., help="Login name."),
     db: str | None = typer.Option(None, "--db", help=_DB_HELP),
 ) -> None:
-    """Stop an account from signing in; its open sessions end within seconds."""
+    """Stop an account from signing in; its open sessions end at once."""
     _run(lambda: f"disabled {_book(db).disable(name).name}")
 
 
@@ -164,6 +199,24 @@ def role_command(
     def act() -> str:
         row = _book(db).set_role(name, role)
         return f"{row.name} is now {row.role}"
+
+    _run(act)
+
+
+@users_app.command("sign-out")
+def sign_out_command(
+    name: str = typer.Argument(..., help="Login name."),
+    db: str | None = typer.Option(None, "--db", help=_DB_HELP),
+) -> None:
+    """End every open session of an account (it may sign in again)."""
+
+    def act() -> str:
+        book = _book(db)
+        row = book.table.get(name.strip())
+        if row is None:
+            raise ValueError(f"there is no user named {name!r}; list them with `users list`")
+        book.end_sessions(row.name, "signed out by an administrator")
+        return f"signed out {row.name} everywhere"
 
     _run(act)
 

@@ -10,6 +10,11 @@ from dataclasses import dataclass
 class AccessConfig:
     # shortest password `chexretrieve users add/passwd` accepts (characters)
     min_password_length: int = 12
+    # least zxcvbn strength score (0-4) of a new password, estimated with the user name and
+    # `site_words` as words an attacker would try first
+    min_password_score: int = 3
+    # words of this site an attacker would try in a password (its name, the application's)
+    site_words: tuple[str, ...] = ("chexretrieve", "case lookup", "radiology")
     # failed sign-ins of one user name allowed before each further one waits (lockout)
     user_free_failures: int = 5
     # failed sign-ins from one client address allowed before each further one waits
@@ -18,6 +23,14 @@ class AccessConfig:
     first_delay_s: float = 2.0
     # longest wait in seconds between two sign-in attempts of one user or client
     max_delay_s: float = 900.0
+    # seconds after which the failures of a user name or address that saw no attempt are forgotten
+    failure_memory_s: float = 24 * 3600.0
+    # password checks (argon2id, 64 MiB each) one server process runs at once; more wait
+    max_concurrent_hashes: int = 4
+    # sign-ins one server process lets wait for a password check; beyond, 503 at once
+    max_waiting_sign_ins: int = 64
+    # seconds a sign-in waits for a password check before it is answered 503 (busy)
+    sign_in_wait_s: float = 30.0
     # seconds a sign-in lasts at most, active or not; then the user signs in again
     session_max_age_s: int = 8 * 3600
     # seconds without any request after which a sign-in ends
@@ -39,6 +52,16 @@ class AccessConfig:
             raise ValueError("the free failed sign-ins must be at least 1")
         if not 0 < self.first_delay_s <= self.max_delay_s:
             raise ValueError("first_delay_s must be positive and at most max_delay_s")
+        if not 0 <= self.min_password_score <= 4:
+            raise ValueError(
+                f"min_password_score is a zxcvbn score 0-4, not {self.min_password_score}"
+            )
+        if self.max_concurrent_hashes < 1 or self.max_waiting_sign_ins < 0:
+            raise ValueError("max_concurrent_hashes must be at least 1, max_waiting_sign_ins >= 0")
+        if self.sign_in_wait_s <= 0 or self.failure_memory_s < self.max_delay_s:
+            raise ValueError(
+                "sign_in_wait_s must be positive and failure_memory_s at least max_delay_s"
+            )
         if self.session_max_age_s < 60 or self.session_idle_s < 60:
             raise ValueError("sessions must last at least 60 s (session_max_age_s, session_idle_s)")
         if self.trusted_header is not None:

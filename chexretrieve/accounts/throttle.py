@@ -1,96 +1,118 @@
-"""Throttling of sign-in attempts: per user name and per client address, exponential delay.
+"""Throttling of sign-in attempts per user name and per client address, kept in the store.
 
-Each key (a user name typed, a client address) may fail ``free`` times; after that every further
-failure makes the key wait ``first_delay_s * 2**(extra failures - 1)`` seconds (at most
-``max_delay_s``) before its next attempt is even checked. A success clears the user's and the
-client's count. Kept in the server's memory: a restart forgets it (documented).
+An attempt is *reserved* before its password is checked: in one write transaction of the store
+(:meth:`chexretrieve.store.access_state.AccessState.reserve_attempt`) it is counted under the
+name typed and under the client's address, or refused when either is waiting. Counting first
+means that N guesses sent at once are N attempts, from one server process or several sharing the
+store, and that a restart forgets nothing.
+
+Each key may fail ``free`` times (``AccessConfig.user_free_failures`` per name,
+``client_free_failures`` per address): the attempt that brings a key's count to ``free`` locks it
+for ``first_delay_s``; each further failure doubles the wait (at most ``max_delay_s``), counted
+from when that failure was answered. So with the default 5, five wrong passwords for one name
+are checked and the sixth waits, whatever it is. A success clears its name's count and takes
+back only its own attempt from the address's (a valid account of one's own does not reset the
+address's count). A key quiet for ``failure_memory_s`` starts again from 0.
 """
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from chexretrieve.accounts.config import AccessConfig
+from chexretrieve.accounts.state import UsesAccessState
 
-#: keys remembered at most (the oldest quiet ones are dropped beyond it)
-MAX_KEYS = 50_000
+#: attempts reserved by one process between two purges of old counts
+PURGE_EVERY = 500
+
+
+def delay_after(failures: int, free: int, first_delay_s: float, max_delay_s: float) -> float:
+    """Seconds a key waits after its ``failures``-th failure: 0 below ``free``, then
+    ``first_delay_s``, doubling with each further one, at most ``max_delay_s``."""
+    if failures < free:
+        return 0.0
+    return min(max_delay_s, first_delay_s * 2.0 ** min(failures - free, 64))
+
+
+def user_key(user: str | None) -> str | None:
+    name = (user or "").strip().lower()[:128]
+    return "user:" + name if name else None
+
+
+def client_key(client: str | None) -> str | None:
+    return "client:" + client[:64] if client else None
 
 
 @dataclass
-class _Failures:
-    count: int = 0
-    last: float = 0.0
-    allowed_at: float = 0.0
+class Attempt:
+    """One reserved (or refused) sign-in attempt."""
+
+    user: str | None
+    client: str | None
+    allowed: bool
+    # seconds until the next attempt may be checked (a refused attempt's wait)
+    wait_s: float
+    # key -> (count after this attempt, lock before it)
+    counted: dict[str, tuple[int, float]] = field(default_factory=dict)
+    # "user" / "client" -> seconds locked by this attempt's failure (filled by ``failed``)
+    locked: dict[str, float] = field(default_factory=dict)
 
 
-class LoginThrottle:
-    """Counts failed sign-ins; ``wait_s`` says how long an attempt must still wait."""
+class LoginThrottle(UsesAccessState):
+    """Sign-in attempts of a store's access state (``AccessState``), under ``config``."""
 
-    def __init__(
-        self, config: AccessConfig | None = None, clock: Callable[[], float] | None = None
-    ):
-        self.config = config or AccessConfig()
-        self.clock = clock or time.monotonic
-        self._keys: dict[str, _Failures] = {}
-        self._lock = threading.Lock()
-
-    def _keys_of(self, user: str | None, client: str | None) -> list[tuple[str, int]]:
+    def _keys(self, user: str | None, client: str | None) -> list[tuple[str, int]]:
         keys = []
-        if user:
-            keys.append(("user:" + user.strip().lower()[:128], self.config.user_free_failures))
-        if client:
-            keys.append(("client:" + client, self.config.client_free_failures))
+        if user_key(user):
+            keys.append((user_key(user), self.config.user_free_failures))
+        if client_key(client):
+            keys.append((client_key(client), self.config.client_free_failures))
         return keys
 
+    def _delay(self, failures: int, free: int) -> float:
+        return delay_after(failures, free, self.config.first_delay_s, self.config.max_delay_s)
+
     def wait_s(self, user: str | None, client: str | None) -> float:
-        """Seconds before ``user`` from ``client`` may try again (0: now)."""
-        now = self.clock()
-        with self._lock:
-            waits = [
-                self._keys[k].allowed_at - now
-                for k, _ in self._keys_of(user, client)
-                if k in self._keys
-            ]
-        return max([0.0, *waits])
+        """Seconds before ``user`` from ``client`` may try again (0: now); reads only."""
+        return self.state.wait_s([k for k, _ in self._keys(user, client)], self.clock())
 
-    def failed(self, user: str | None, client: str | None) -> float:
-        """Count one failure; the wait it causes (0 within the free failures)."""
-        now = self.clock()
-        with self._lock:
-            if len(self._keys) >= MAX_KEYS:
-                self._forget_quiet(now)
-            for key, free in self._keys_of(user, client):
-                entry = self._keys.setdefault(key, _Failures())
-                entry.count += 1
-                entry.last = now
-                extra = entry.count - free
-                if extra > 0:
-                    delay = min(
-                        self.config.max_delay_s, self.config.first_delay_s * 2 ** (extra - 1)
-                    )
-                    entry.allowed_at = now + delay
-        return self.wait_s(user, client)
+    def reserve(self, user: str | None, client: str | None) -> Attempt:
+        """Count one attempt of ``user`` from ``client`` before its password is checked; a
+        refused attempt (``allowed`` False) must not be checked."""
+        now, purge = self._now_and_due(PURGE_EVERY)
+        if purge:
+            self.state.purge_counts(now, self.config.failure_memory_s)
+        keys = self._keys(user, client)
+        if not keys:
+            return Attempt(user, client, True, 0.0)
+        found = self.state.reserve_attempt(keys, now, self._delay, self.config.failure_memory_s)
+        return Attempt(user, client, found.allowed, found.wait_s, dict(found.counted))
 
-    def succeeded(self, user: str | None, client: str | None) -> None:
-        with self._lock:
-            for key, _ in self._keys_of(user, client):
-                self._keys.pop(key, None)
+    def failed(self, attempt: Attempt) -> float:
+        """The attempt's password was wrong: each key at or past its free attempts waits from
+        now; the wait the user sees (0 within the free attempts)."""
+        now = self.clock()
+        frees = dict(self._keys(attempt.user, attempt.client))
+        locks = {}
+        for key, (count, _) in attempt.counted.items():
+            delay = self._delay(count, frees.get(key, count + 1))
+            if delay > 0:
+                locks[key] = now + delay
+                attempt.locked[key.split(":", 1)[0]] = delay
+        if locks:
+            self.state.lock_keys(locks)
+        return max([0.0, *attempt.locked.values()])
+
+    def succeeded(self, attempt: Attempt) -> None:
+        """The attempt signed in: the name's count is cleared, the address's own attempt given
+        back (its other failures stay)."""
+        name = user_key(attempt.user)
+        if name:
+            self.state.clear_keys([name])
+        address = client_key(attempt.client)
+        if address and address in attempt.counted:
+            self.state.give_back({address: attempt.counted[address]}, self.clock())
 
     def failures(self, user: str | None = None, client: str | None = None) -> int:
-        """Failures counted for ``user`` (or ``client``) since its last success."""
-        with self._lock:
-            counts = [
-                self._keys[k].count for k, _ in self._keys_of(user, client) if k in self._keys
-            ]
-        return max([0, *counts])
-
-    def _forget_quiet(self, now: float) -> None:
-        horizon = 2 * self.config.max_delay_s
-        for key in [k for k, v in self._keys.items() if now - v.last > horizon]:
-            del self._keys[key]
-        if len(self._keys) >= MAX_KEYS:  # all recent: drop the oldest half
-            for key in sorted(self._keys, key=lambda k: self._keys[k].last)[: MAX_KEYS // 2]:
-                del self._keys[key]
+        """Attempts counted for ``user`` (or ``client``) since the last success."""
+        key = user_key(user) if user else client_key(client)
+        return self.state.failures(key) if key else 0

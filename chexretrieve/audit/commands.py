@@ -8,7 +8,8 @@ the store saw of it (``chexretrieve.audit.anchor``): the store named by ``--db``
 records in fails (exit 1), as does an emptied, cut or replaced one.
 retire: mark the trails a store saw at a path, other than the file there now, as accounted for
 (archived or lost; who, when and why are kept and signed): verify then notes them.
-export: the records chosen by --user / --study / --since as JSON lines or CSV; the file is
+export: the records chosen by --user / --study / --since / --action / --outcome / --client as JSON
+lines or CSV; the file is
 verified first and a damaged one is refused (``--allow-damaged`` exports it anyway, saying so);
 the export itself is appended to the audit trail.
 """
@@ -158,6 +159,20 @@ def export_command(
     user: str | None = typer.Option(None, "--user", help="Only this user's records."),
     study: str | None = typer.Option(None, "--study", help="Only records naming this study UID."),
     since: str | None = typer.Option(None, "--since", help="Only records at/after (ISO, UTC)."),
+    action: list[str] = typer.Option(
+        [],
+        "--action",
+        help="Only records of this action (repeatable): search, view, export, sign_in, lockout, "
+        "sign_out, session_revoked.",
+    ),
+    outcome: str | None = typer.Option(
+        None,
+        "--outcome",
+        help="Only records with this outcome (sign-ins: signed_in, failed, throttled).",
+    ),
+    client: str | None = typer.Option(
+        None, "--client", help="Only records from this client address (sign-ins, sign-outs)."
+    ),
     fmt: str = typer.Option("jsonl", "--format", help="jsonl or csv."),
     output: Path | None = typer.Option(None, "--output", "-o", help="File (default: stdout)."),
     allow_damaged: bool = typer.Option(
@@ -170,6 +185,7 @@ def export_command(
 ) -> None:
     """Export audit records (JSON lines or CSV); the export is itself audited."""
     from chexretrieve.audit import AuditLog, check_audit_file
+    from chexretrieve.audit.log import ACTIONS, SIGN_IN_ACTIONS
     from chexretrieve.audit.verify import (
         audit_records,
         parse_since,
@@ -178,6 +194,11 @@ def export_command(
         select_records,
     )
 
+    known = ACTIONS + SIGN_IN_ACTIONS
+    unknown = sorted(set(action) - set(known))
+    if unknown:
+        _err(f"error: unknown --action {', '.join(unknown)}; use {', '.join(known)}")
+        raise typer.Exit(EXIT_BAD_INPUT)
     if fmt not in ("jsonl", "csv"):
         _err(f"error: --format must be jsonl or csv, not {fmt!r}")
         raise typer.Exit(EXIT_BAD_INPUT)
@@ -197,7 +218,15 @@ def export_command(
             _err("error: the audit file fails verification; nothing exported (--allow-damaged)")
             raise typer.Exit(EXIT_DAMAGED)
         _err("warning: exporting a damaged audit file (records may have been altered)")
-    chosen = select_records(audit_records(path), user=user, study=study, since=moment)
+    chosen = select_records(
+        audit_records(path),
+        user=user,
+        study=study,
+        since=moment,
+        actions=action,
+        outcome=outcome,
+        client=client,
+    )
     text = records_as_csv(chosen) if fmt == "csv" else records_as_json_lines(chosen)
     destination = str(output) if output else "stdout"
     witness = _witness(url)
@@ -206,7 +235,15 @@ def export_command(
             "export",
             exported_by,
             what="audit",
-            filters={"user": user, "study": study, "since": since, "format": fmt},
+            filters={
+                "user": user,
+                "study": study,
+                "since": since,
+                "action": list(action) or None,
+                "outcome": outcome,
+                "client": client,
+                "format": fmt,
+            },
             records=len(chosen),
             destination=destination,
         )

@@ -47,6 +47,9 @@ from chexretrieve.audit.keys import (
 )
 
 ACTIONS = ("search", "view", "export")
+#: what happens to sign-ins and sessions (issue 33; written by chexretrieve.ui.sign_in and the
+#: `users` commands): ``user`` is the name as typed, with ``client`` (the address) and ``outcome``
+SIGN_IN_ACTIONS = ("sign_in", "lockout", "sign_out", "session_revoked")
 _TAIL_STEP = 8192
 log = logging.getLogger("chexretrieve.audit")
 
@@ -128,8 +131,11 @@ class AuditLog:
         Fails closed: when the record cannot be written whole and flushed (a full disk, a short
         write, an fsync error, a damaged trail) nothing of it stays in the file and ValueError
         says the action is refused."""
-        if action not in ACTIONS:
-            raise ValueError(f"unknown audit action {action!r}; use one of {', '.join(ACTIONS)}")
+        if action not in ACTIONS + SIGN_IN_ACTIONS:
+            raise ValueError(
+                f"unknown audit action {action!r}; use one of "
+                f"{', '.join(ACTIONS + SIGN_IN_ACTIONS)}"
+            )
         try:
             return self._append(action, user, fields)
         except AuditIntegrityError as exc:

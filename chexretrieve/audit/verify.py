@@ -246,10 +246,23 @@ def select_records(
     user: str | None = None,
     study: str | None = None,
     since: dt.datetime | None = None,
+    actions: Iterable[str] = (),
+    outcome: str | None = None,
+    client: str | None = None,
 ) -> list[dict]:
+    """The records matching every filter given: ``user``, a ``study`` they name, at or after
+    ``since``, of one of ``actions`` (e.g. sign_in, lockout), with this ``outcome`` (e.g. failed)
+    or from this ``client`` address."""
     chosen = []
+    actions = set(actions)
     for entry in records:
         if user is not None and entry.get("user") != user:
+            continue
+        if actions and entry.get("action") not in actions:
+            continue
+        if outcome is not None and entry.get("outcome") != outcome:
+            continue
+        if client is not None and entry.get("client") != client:
             continue
         if study is not None and study not in studies_of(entry):
             continue

@@ -357,6 +357,48 @@ class AuditAnchor(Base):
     mac: Mapped[str] = mapped_column(String(64))
     first_seen: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
+class WebSession(Base):
+    """A signed-in session of `chexretrieve serve` (issue 33): kept here, not in one server's
+    memory, so every server process on this store knows it and an administrator can end it."""
+
+    __tablename__ = "web_sessions"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    # SHA-256 (hex) of the session token; the token itself is only in the browser's cookie
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    user_name: Mapped[str] = mapped_column(String(64), index=True)
+    client: Mapped[str | None] = mapped_column(String(64))  # address it signed in from
+    # times as UTC seconds since the epoch (compared across processes and machines)
+    created_at: Mapped[float] = mapped_column(Float)
+    last_seen_at: Mapped[float] = mapped_column(Float)  # refreshed at most once a minute
+    expires_at: Mapped[float] = mapped_column(Float, index=True)  # created_at + the longest age
+
+
+class SignInCount(Base):
+    """Sign-in attempts of one user name or one client address (``key``: ``user:NAME`` or
+    ``client:ADDRESS``), counted before the password is checked (chexretrieve.accounts.throttle)."""
+
+    __tablename__ = "sign_in_counts"
+
+    key: Mapped[str] = mapped_column(String(200), primary_key=True)
+    failures: Mapped[int] = mapped_column(Integer)  # attempts since the last success
+    locked_until: Mapped[float] = mapped_column(Float)  # no attempt is checked before (UTC s)
+    updated_at: Mapped[float] = mapped_column(Float, index=True)
+
+
+class ViewerGrant(Base):
+    """A search's grant to open studies in the OHIF viewer, or a viewer session opened from one
+    (``kind``), with its user and studies (chexretrieve.viewer_web.access)."""
+
+    __tablename__ = "viewer_grants"
+    __table_args__ = (CheckConstraint("kind IN ('grant', 'session')", name="kind"),)
+
+    # SHA-256 (hex) of the token in the link or the viewer cookie
+    token_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(8))
+    user_name: Mapped[str] = mapped_column(String(255))
+    studies: Mapped[str] = mapped_column(Text)  # JSON list of study UIDs
+    created_at: Mapped[float] = mapped_column(Float, index=True)
 
 
 metadata = Base.metadata

@@ -4,11 +4,13 @@ Three sign-in modes (``UIConfig.sign_in``):
 
 - ``"none"``: no sign-in; only on a loopback address (the operator at the machine), who acts as
   :data:`~chexretrieve.accounts.roles.LOCAL_ROLE`.
-- ``"accounts"``: Gradio's login form checked against the store's ``users`` table (argon2id,
-  :class:`~chexretrieve.accounts.book.AccountBook`); failed attempts throttled per user name and
-  per client address (:class:`~chexretrieve.accounts.throttle.LoginThrottle`); a session ends
-  after ``AccessConfig.session_max_age_s``, after ``session_idle_s`` without a request, or within
-  seconds of its account being disabled.
+- ``"accounts"``: the store's ``users`` table (argon2id,
+  :class:`~chexretrieve.accounts.book.AccountBook`); signing in and out is answered by
+  :class:`~chexretrieve.ui.sign_in.SignInDesk` (never by Gradio's own login route), attempts
+  throttled per user name and per client address in the store, sessions kept in the store
+  (:class:`~chexretrieve.accounts.sessions.SessionBook`): every server process on it knows them
+  and an administrator's ``users passwd|disable|role`` ends them. Each request's session is
+  checked in the store and handed to Gradio under a cookie only this guard sets.
 - ``"header"``: a hospital's SSO reverse proxy signs users in and names them in
   ``AccessConfig.trusted_header``; only requests from ``AccessConfig.trusted_proxies`` are
   answered, and the named user must have an enabled account (for the role).
@@ -22,21 +24,26 @@ other one: no REST endpoint per handler, no API description, no file route, no m
 
 from __future__ import annotations
 
-import json
+import hashlib
 import logging
 import re
-import threading
-import time
-from dataclasses import dataclass
-from urllib.parse import parse_qs, unquote
+from collections import OrderedDict
+from urllib.parse import unquote
+
+from starlette.concurrency import run_in_threadpool
 
 from chexretrieve.accounts.config import AccessConfig
 from chexretrieve.accounts.roles import LOCAL_ROLE, require
+from chexretrieve.accounts.sessions import SessionBook
 from chexretrieve.accounts.throttle import LoginThrottle
+from chexretrieve.ui.queue_guard import refuse_bad_event
+from chexretrieve.ui.sign_in import Answer, SignInDesk, cookie_names
 
 log = logging.getLogger("chexretrieve.ui.access")
 
 SIGN_IN_MODES = ("none", "accounts", "header")
+#: the event routes whose bodies are checked before Gradio reads them
+_EVENT_ROUTES = ("/gradio_api/queue/join", "/gradio_api/cancel")
 #: the only routes answered: the page, its assets, the login, the event queue, uploads
 _ALLOWED = re.compile(
     r"^/(?:"
@@ -49,8 +56,13 @@ _ALLOWED = re.compile(
     r"|viewer(?:/.*)?|dicomweb/.+"
     r")$"
 )
-#: largest login form read (a name and a password)
-_LOGIN_BODY_MAX = 16_384
+#: routes of the page's static files: answered without looking up a session
+_ASSETS = re.compile(
+    r"^/(?:favicon\.ico|theme\.css|manifest\.json|robots\.txt|pwa_icon(?:/\d+)?"
+    r"|(?:assets|static|svelte)/.+)$"
+)
+#: sessions handed to Gradio remembered per process (the oldest handed over go first)
+_HANDED_MAX = 10_000
 #: largest body of any other request but an upload (an event with its texts: the UI's own caps
 #: are far below; beyond this the body is not read at all and the answer is 413)
 EVENT_BODY_MAX = 16 * 1024 * 1024
@@ -64,19 +76,16 @@ def route_allowed(path: str) -> bool:
     return bool(_ALLOWED.match(path))
 
 
-@dataclass
-class _Session:
-    user: str
-    started: float
-    last: float
-
-
 class AccessControl:
-    """The sign-in mode of one server and the role checks of its handlers."""
+    """The sign-in mode of one server and the role checks of its handlers.
+
+    ``state``: the store's :class:`~chexretrieve.store.access_state.AccessState` (sessions,
+    sign-in counts, viewer grants); required to sign in with accounts. ``audit``: the audit trail
+    sign-ins and sign-outs are written to."""
 
     def __init__(
         self, mode: str = "none", book=None, config: AccessConfig | None = None,  # noqa: ANN001
-        clock=time.monotonic,  # noqa: ANN001
+        state=None, audit=None, clock=None,  # noqa: ANN001
     ) -> None:  # fmt: skip
         if mode not in SIGN_IN_MODES:
             raise ValueError(f"unknown sign-in mode {mode!r}; choose one of {SIGN_IN_MODES}")
@@ -85,10 +94,12 @@ class AccessControl:
         self.mode = mode
         self.book = book
         self.config = config or AccessConfig()
-        self.throttle = LoginThrottle(self.config, clock)
-        self.clock = clock
-        self._sessions: dict[str, _Session] = {}
-        self._lock = threading.Lock()
+        self.state = state
+        self.desk: SignInDesk | None = None
+        if mode == "accounts" and state is not None:
+            sessions = SessionBook(state, self.config, clock)
+            throttle = LoginThrottle(state, self.config, clock)
+            self.desk = SignInDesk(book, sessions, throttle, audit)
 
     # ------------------------------------------------------------------ roles
     def user_of(self, request) -> str | None:  # noqa: ANN001 - a gr.Request
@@ -109,14 +120,16 @@ class AccessControl:
 
     # ------------------------------------------------------------------ Gradio hooks
     def gradio_auth(self):  # noqa: ANN201
-        """``auth`` for ``Blocks.launch`` (accounts mode), else None."""
+        """``auth`` for ``Blocks.launch`` in accounts mode (else None): it makes Gradio show its
+        login form, and refuses everything, because AccessGuard answers every ``/login`` itself
+        (the throttle cannot be gone around through Gradio's route)."""
         if self.mode != "accounts":
             return None
 
-        def check(username: str, password: str) -> bool:
-            return self.book.authenticate(username, password) is not None
+        def never(username: str, password: str) -> bool:  # noqa: ARG001
+            return False
 
-        return check
+        return never
 
     def auth_dependency(self):  # noqa: ANN201
         """``auth_dependency`` for ``Blocks.launch`` (header mode), else None."""
@@ -134,31 +147,6 @@ class AccessControl:
             return name
 
         return user_of_request
-
-    # ------------------------------------------------------------------ sessions
-    def session_alive(self, token: str, user: str) -> bool:
-        """Whether the session of ``token`` may go on (and note this request)."""
-        now = self.clock()
-        with self._lock:
-            session = self._sessions.get(token)
-            if session is None or session.user != user:
-                session = self._sessions[token] = _Session(user, now, now)
-            expired = (
-                now - session.started > self.config.session_max_age_s
-                or now - session.last > self.config.session_idle_s
-            )
-            if expired:
-                del self._sessions[token]
-                return False
-            session.last = now
-        return self.book.active_role(user) is not None
-
-    def session_started(self, token: str, user: str) -> None:
-        now = self.clock()
-        with self._lock:
-            if len(self._sessions) > 100_000:
-                self._sessions.clear()
-            self._sessions[token] = _Session(user, now, now)
 
 
 class AccessGuard:
@@ -193,16 +181,74 @@ class AccessGuard:
                 await _answer(send, 401, refusal.encode("utf-8"), _TEXT)
                 return
         if access.mode == "accounts":
-            self._end_expired_session(scope)
-            if path.rstrip("/") == "/login" and scope.get("method") == "POST":
-                await self._login(scope, receive, send, self._client_of(scope, peer))
+            scope = await self._accounts(scope, receive, send, path, peer)
+            if scope is None:  # answered (sign-in, sign-out)
                 return
         if not path.startswith("/gradio_api/upload"):  # uploads: Gradio's own --max-upload-mb
             if _declared_length(scope) > EVENT_BODY_MAX:
                 await _answer(send, 413, b"request body too large")
                 return
             receive = _capped_receive(receive, EVENT_BODY_MAX)
+        if path.rstrip("/") in _EVENT_ROUTES and scope.get("method") == "POST":
+            receive = await refuse_bad_event(self.blocks, path.rstrip("/"), receive, send)
+            if receive is None:  # answered 4xx: an unknown or malformed event
+                return
         await self.app(scope, receive, send)
+
+    async def _accounts(self, scope, receive, send, path: str, peer: str | None):  # noqa: ANN001, ANN202
+        """Accounts mode: answer ``/login`` and ``/logout`` (None), else the scope to pass on,
+        its session checked in the store and handed to Gradio."""
+        desk = self.access.desk
+        client = self._client_of(scope, peer)
+        secure = self._secure(scope, peer)
+        route = path.rstrip("/")
+        if route in ("/login", "/logout") and desk is None:
+            await _answer(send, 503, b"sign-in is not set up on this server", _TEXT)
+            return None
+        if route == "/login":
+            await _send(send, await desk.sign_in(scope, receive, client, secure))
+            return None
+        token = _cookies(scope).get(cookie_names(secure)[0])
+        if route == "/logout":
+            await _send(send, await desk.sign_out(scope, token, client, secure))
+            return None
+        user = None
+        if desk is not None and token and not _ASSETS.match(path):
+            user = await run_in_threadpool(desk.user_of_token, token, client)
+        return self._hand_to_gradio(scope, token, user)
+
+    def _hand_to_gradio(self, scope, token: str | None, user: str | None) -> dict:  # noqa: ANN001
+        """The scope with Gradio's own session cookies removed (whatever the browser sent) and,
+        for a live session, one naming ``user`` that Gradio's ``tokens`` map knows."""
+        server = self._server()
+        kept = [
+            part.strip()
+            for name, value in scope.get("headers", [])
+            if name == b"cookie"
+            for part in value.decode("latin-1").split(";")
+            if part.strip() and not part.strip().startswith("access-token-")
+        ]
+        if user and token and server is not None:
+            handed = getattr(server, "tokens", None)
+            if not isinstance(handed, _HandedSessions):
+                handed = server.tokens = _HandedSessions()
+            alias = "s-" + hashlib.sha256(token.encode("latin-1")).hexdigest()[:40]
+            handed.hand(alias, user)
+            kept.append(f"access-token-{server.cookie_id}={alias}")
+        headers = [(k, v) for k, v in scope.get("headers", []) if k != b"cookie"]
+        if kept:
+            headers.append((b"cookie", "; ".join(kept).encode("latin-1")))
+        return {**scope, "headers": headers}
+
+    def _secure(self, scope, peer: str | None) -> bool:  # noqa: ANN001
+        """Served over TLS: by this server, or by a trusted proxy that says so."""
+        if scope.get("scheme") == "https":
+            return True
+        if self.access.config.is_trusted_proxy(peer):
+            for name, value in scope.get("headers", []):
+                if name == b"x-forwarded-proto":
+                    return value.decode("latin-1").split(",")[-1].strip().lower() == "https"
+        return False
 
     def _header_refusal(self, scope) -> str | None:  # noqa: ANN001
         """Why a request through the proxy names no user who may enter (None: it does)."""
@@ -234,69 +280,17 @@ class AccessGuard:
     def _server(self):  # noqa: ANN202
         return getattr(self.blocks, "server_app", None)
 
-    def _token(self, scope) -> str | None:  # noqa: ANN001
-        server = self._server()
-        if server is None:
-            return None
-        cookies = _cookies(scope)
-        return cookies.get(f"access-token-{server.cookie_id}") or cookies.get(
-            f"access-token-unsecure-{server.cookie_id}"
-        )
 
-    def _end_expired_session(self, scope) -> None:  # noqa: ANN001
-        server, token = self._server(), self._token(scope)
-        if server is None or not token or token not in server.tokens:
-            return
-        if not self.access.session_alive(token, server.tokens[token]):
-            server.tokens.pop(token, None)  # Gradio now sees no sign-in: the login page
+class _HandedSessions(OrderedDict):
+    """Gradio's ``tokens`` map (cookie value -> user) as the guard fills it: each request's
+    session, checked in the store, under a cookie the guard sets itself (the browser's own
+    ``access-token-*`` cookies are removed first). At most ``_HANDED_MAX`` are remembered."""
 
-    async def _login(self, scope, receive, send, peer: str | None) -> None:  # noqa: ANN001
-        body = b""
-        more = True
-        while more:
-            message = await receive()
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
-            if len(body) > _LOGIN_BODY_MAX:
-                await _answer(send, 413, b"")
-                return
-        form = parse_qs(body.decode("utf-8", "replace"))
-        user = (form.get("username") or [""])[0].strip()[:128] or None
-        throttle = self.access.throttle
-        wait = throttle.wait_s(user, peer)
-        if wait > 0:
-            detail = json.dumps(
-                {"detail": f"too many failed sign-ins: try again in {int(wait) + 1} s"}
-            ).encode()
-            await _answer(send, 429, detail, [(b"retry-after", str(int(wait) + 1).encode())])
-            return
-        sent = False
-
-        async def replay():  # noqa: ANN202
-            nonlocal sent
-            if sent:
-                return {"type": "http.disconnect"}
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        status = {}
-
-        async def watch(message) -> None:  # noqa: ANN001
-            if message["type"] == "http.response.start":
-                status["code"] = message["status"]
-                for name, value in message.get("headers", []):
-                    if name.lower() == b"set-cookie" and value.startswith(b"access-token-"):
-                        status["token"] = value.split(b"=", 1)[1].split(b";", 1)[0].decode()
-            await send(message)
-
-        await self.app(scope, replay, watch)
-        if status.get("code") == 200 and user:
-            throttle.succeeded(user, peer)
-            if status.get("token"):
-                self.access.session_started(status["token"], user)
-        elif status.get("code") == 400:
-            waits = throttle.failed(user, peer)
-            log.warning("failed sign-in for %r from %s (next wait %.0f s)", user, peer, waits)
+    def hand(self, alias: str, user: str) -> None:
+        self[alias] = user
+        self.move_to_end(alias)
+        while len(self) > _HANDED_MAX:
+            self.popitem(last=False)
 
 
 def _declared_length(scope) -> int:  # noqa: ANN001
@@ -338,6 +332,10 @@ def _cookies(scope) -> dict[str, str]:  # noqa: ANN001
 
 #: headers of a plain-text refusal (never rendered as HTML: it may quote a header's value)
 _TEXT = [(b"content-type", b"text/plain; charset=utf-8"), (b"x-content-type-options", b"nosniff")]
+
+
+async def _send(send, answer: Answer) -> None:  # noqa: ANN001
+    await _answer(send, answer.status, answer.body, answer.headers)
 
 
 async def _answer(send, status: int, body: bytes, headers=()) -> None:  # noqa: ANN001

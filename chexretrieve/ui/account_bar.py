@@ -23,7 +23,12 @@ def account_html(access: AccessControl, request) -> str:  # noqa: ANN001 - a gr.
     role = access.role_of(request)
     if not user:
         return ""
-    out = "" if access.mode == "header" else " · <a href='logout'>Sign out</a>"
+    out = (
+        ""
+        if access.mode == "header"
+        else " · <a href='logout'>Sign out</a> · <a href='logout?everywhere=1'>"
+        "Sign out everywhere</a>"
+    )
     return (
         f"<div class='cx-account'>Signed in as <b>{esc(user)}</b> · "
         f"{esc(role or 'no active account')}{out}</div>"

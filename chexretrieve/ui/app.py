@@ -74,7 +74,7 @@ def open_case_lookup(config: UIConfig, store=None, encoder=None) -> tuple[CaseLo
         background=True,  # what the archive index lacks is built by its background jobs
     )  # fmt: skip
     service, store, audit = root.service, root.store, root.audit
-    access = open_access(config, store)
+    access = open_access(config, store, audit)
     lookup = CaseLookup(
         service,
         store,
@@ -113,10 +113,22 @@ def prepare_published(index) -> None:  # noqa: ANN001
             index.jobs.publish(finding)
 
 
-def open_access(config: UIConfig, store) -> AccessControl:  # noqa: ANN001
-    """The sign-in of ``config`` over the store's accounts (ValueError: none to sign in with)."""
+def open_access(config: UIConfig, store, audit=None) -> AccessControl:  # noqa: ANN001
+    """The sign-in of ``config`` over the store's accounts (ValueError: none to sign in with, or
+    a store the sessions cannot be written to). Sessions, sign-in counts and viewer grants live
+    in the store (:func:`chexretrieve.store.access_state.open_access_state`); without sign-in
+    they do where the store can be written, else in this process's memory. ``audit``: the audit
+    trail of sign-ins (None: the configured one)."""
+    from chexretrieve.store import StoreError
+    from chexretrieve.store.access_state import open_access_state
+
     if config.sign_in == "none":
-        return AccessControl()
+        try:
+            state = open_access_state(store.config.url)
+        except StoreError as exc:
+            log.warning("viewer links are kept in this process's memory only: %s", exc)
+            state = None
+        return AccessControl(state=state)
     from chexretrieve.accounts.book import AccountBook
 
     book = AccountBook(store, config.access)
@@ -128,7 +140,12 @@ def open_access(config: UIConfig, store) -> AccessControl:  # noqa: ANN001
             f"no enabled account {'with a password ' if config.sign_in == 'accounts' else ''}"
             f"in {store.label}: add one with `chexretrieve users add NAME --role admin` first"
         )
-    return AccessControl(config.sign_in, book, config.access)
+    state = open_access_state(store.config.url)  # StoreError (a ValueError) says why not
+    if audit is None:
+        from chexretrieve.audit import open_audit_log
+
+        audit = open_audit_log()
+    return AccessControl(config.sign_in, book, config.access, state=state, audit=audit)
 
 
 def sign_in_message(access: AccessConfig) -> str:
@@ -136,9 +153,9 @@ def sign_in_message(access: AccessConfig) -> str:
     nothing for a throttled attempt, which the server answers 429)."""
     return (
         f"chexretrieve case lookup: sign in with your own account. After "
-        f"{access.user_free_failures} failed attempts each further one waits "
-        f"{access.first_delay_s:g} s, then twice as long (up to {access.max_delay_s / 60:g} min); "
-        "while it waits the form does nothing."
+        f"{access.user_free_failures} failed attempts the next one waits "
+        f"{access.first_delay_s:g} s, and each further failure doubles the wait (up to "
+        f"{access.max_delay_s / 60:g} min); while it waits the form does nothing."
     )
 
 
@@ -152,7 +169,9 @@ def check_sign_in(config: UIConfig) -> None:
     url = resolve_read_store(config.db_url)  # read-only: serve never migrates or writes the store
     store = open_store(config=StoreConfig(url=url, create_if_missing=False, read_only=True))
     try:
-        open_access(config, store)
+        access = open_access(config, store)
+        if access.state is not None:
+            access.state.close()
     finally:
         store.close()
 

@@ -43,6 +43,12 @@ def serve_command(
         help="Address or CIDR of a reverse proxy (repeatable): its --trusted-header is believed, "
         "and with --accounts its X-Forwarded-For names the client.",
     ),
+    lockout_s: float = typer.Option(
+        2.0,
+        "--lockout-s",
+        help="Seconds a user name or address waits after its free failed sign-ins (5 per name, "
+        "20 per address); each further failure doubles it, up to 15 min or this.",
+    ),
     ssl_certfile: Path | None = typer.Option(
         None, "--ssl-certfile", help="TLS certificate (PEM): serve HTTPS."
     ),
@@ -98,7 +104,16 @@ def serve_command(
             raise ValueError(LOGIN_MOVED)
         if accounts and trusted_header:
             raise ValueError("choose one sign-in: --accounts or --trusted-header, not both")
-        access = AccessConfig(trusted_header=trusted_header, trusted_proxies=tuple(trusted_proxy))
+        if not lockout_s > 0:
+            raise ValueError(f"--lockout-s must be a positive number of seconds, not {lockout_s}")
+        longest = max(AccessConfig.max_delay_s, lockout_s)
+        access = AccessConfig(
+            trusted_header=trusted_header,
+            trusted_proxies=tuple(trusted_proxy),
+            first_delay_s=lockout_s,
+            max_delay_s=longest,
+            failure_memory_s=max(AccessConfig.failure_memory_s, longest),
+        )
         config = UIConfig(
             db_url=db,
             encoder=encoder,

@@ -130,7 +130,8 @@ def viewer_middleware(blocks, lookup, config: UIConfig, sign_in=None) -> Middlew
             raise ValueError(str(exc)) from None
         log.warning("%s; results get no 'Open in viewer' link", exc)
         return None
-    access = ViewerAccess()
+    # grants in the store (every server process on it opens a link any of them made), else here
+    access = ViewerAccess(state=getattr(sign_in, "state", None))
     endpoint = None
     if config.dicomweb_url is None:
         endpoint = DicomWebEndpoint(

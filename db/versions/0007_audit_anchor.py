@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0007_audit_anchor"
-down_revision = "0005"
+down_revision = "0006_sessions_throttle"
 branch_labels = None
 depends_on = None
 

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0008_archive_index"
-down_revision = "0005"
+down_revision = "0007_audit_anchor"
 branch_labels = None
 depends_on = None
 

@@ -1,4 +1,5 @@
-"""Accounts: argon2id hashes, the password policy, roles, throttling and `chexretrieve users`."""
+"""Accounts: argon2id hashes, the password policy, roles and `chexretrieve users` (sessions and
+throttling: test_sessions_throttle.py)."""
 
 from __future__ import annotations
 
@@ -8,18 +9,10 @@ from typer.testing import CliRunner
 
 from chexretrieve.accounts import AccessConfig, AccessRefused, may, require
 from chexretrieve.accounts.book import AccountBook
-from chexretrieve.accounts.throttle import LoginThrottle
 from chexretrieve.cli import app
 from chexretrieve.store import open_store
 
 GOOD = "correct-horse-battery"
-
-
-@pytest.fixture
-def store(tmp_path):
-    opened = open_store(f"sqlite:///{tmp_path / 's.sqlite'}")
-    yield opened
-    opened.close()
 
 
 def test_passwords_are_stored_as_argon2id_and_verify(store):
@@ -91,27 +84,8 @@ def test_role_matrix():
     require("curator", "edit_anchor_sets", "ana")
 
 
-def test_throttle_waits_double_after_the_free_failures():
-    now = [1000.0]
-    config = AccessConfig(user_free_failures=3, client_free_failures=10, first_delay_s=2.0,
-                          max_delay_s=60.0)  # fmt: skip
-    throttle = LoginThrottle(config, clock=lambda: now[0])
-    waits = [throttle.failed("ana", "10.0.0.1") for _ in range(10)]
-    # naive reference: 0 for the first 3 failures, then 2, 4, 8, ... capped at 60
-    reference = [0 if n <= 3 else min(60.0, 2.0 * 2 ** (n - 4)) for n in range(1, 11)]
-    assert waits == pytest.approx(reference)
-    assert throttle.wait_s("ANA", "10.0.0.9") == pytest.approx(60.0)  # names case-insensitive
-    assert throttle.wait_s("bob", "10.0.0.9") == 0
-    # the client's own count: 10 failures from one address reach its free 10 -> the 11th waits
-    assert throttle.failed("carl", "10.0.0.1") == pytest.approx(2.0)
-    assert throttle.wait_s("dora", "10.0.0.1") == pytest.approx(2.0)  # any name from there
-    now[0] += 61
-    assert throttle.wait_s("ana", "10.0.0.2") == 0
-    throttle.succeeded("ana", "10.0.0.1")
-    assert throttle.failures("ana") == 0 and throttle.failures(client="10.0.0.1") == 0
-
-
-def test_users_commands_read_passwords_from_stdin_never_argv(tmp_path):
+def test_users_commands_read_passwords_from_stdin_never_argv(tmp_path, monkeypatch):
+    monkeypatch.setenv("CHEXRETRIEVE_AUDIT_LOG", str(tmp_path / "audit.jsonl"))
     url = f"sqlite:///{tmp_path / 's.sqlite'}"
     runner = CliRunner()
     added = runner.invoke(app, ["users", "add", "ana", "--role", "curator", "--password-stdin",
@@ -129,6 +103,10 @@ def test_users_commands_read_passwords_from_stdin_never_argv(tmp_path):
     changed = runner.invoke(app, ["users", "passwd", "ana", "--password-stdin", "--db", url],
                             input="a-new-long-password\n")  # fmt: skip
     assert changed.exit_code == 0, changed.output
+    assert "0 open session(s) of ana ended (password changed)" in changed.output
+    revoked = [line for line in (tmp_path / "audit.jsonl").read_text().splitlines()
+               if '"session_revoked"' in line]  # fmt: skip
+    assert len(revoked) == 2 and '"reason":"password changed"' in revoked[-1]
     store = open_store(url)
     book = AccountBook(store)
     book.enable("ana")

@@ -64,6 +64,21 @@ def launch(world: dict, **overrides):  # noqa: ANN201
     return ui_browser._launch(world, users=users, **overrides)
 
 
+def forget_sign_ins(world: dict) -> None:
+    """Forget every sign-in count of the world's store (between tests that fail on purpose)."""
+    import sqlite3
+
+    db = world["db_url"].removeprefix("sqlite:///")
+    connection = sqlite3.connect(db, timeout=60)
+    try:
+        with connection:
+            connection.execute("DELETE FROM sign_in_counts")
+    except sqlite3.OperationalError:  # a store of before the counts were kept in it
+        pass
+    finally:
+        connection.close()
+
+
 def client(base: str, user: str | None = None) -> httpx.Client:
     """An HTTP client, signed in as ``user`` (a key of PASSWORD) when given."""
     session = httpx.Client(base_url=base, timeout=60)

@@ -49,6 +49,8 @@ CATEGORIES = {
     # issue 36's findings
     "test_adv_artefacts": "20 damaged or forged density, start-up race",
     "test_adv_audit_anchor": "21 audit trail anchored in the store",
+    # issue 33's findings
+    "test_adv_signin": "22 sign-in, sessions, shared state",
 }
 
 

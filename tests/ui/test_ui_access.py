@@ -60,20 +60,6 @@ def test_roles_are_read_from_the_request_user_on_the_server():
         local.require(_Request(None), "manage_accounts")
 
 
-def test_sessions_end_when_idle_too_old_or_disabled():
-    now = [0.0]
-    book = _Book({"ana": "radiologist"})
-    access = AccessControl("accounts", book, clock=lambda: now[0])
-    access.session_started("t1", "ana")
-    now[0] = access.config.session_idle_s - 1
-    assert access.session_alive("t1", "ana")
-    now[0] += access.config.session_idle_s + 1
-    assert not access.session_alive("t1", "ana")  # idle
-    access.session_started("t2", "ana")
-    book.roles.clear()
-    assert not access.session_alive("t2", "ana")  # disabled
-
-
 @pytest.mark.parametrize(
     ("value", "message"),
     [(float("nan"), "not NaN"), (float("inf"), "not infinity"), (-1, "not -1"),

@@ -31,7 +31,7 @@ def test_the_page_names_the_user_and_disables_what_the_role_may_not_do(world, br
             page.click("button:has-text('Login')")
             page.wait_for_selector(CASE_ID)
             bar = _wait_text(page, "#account-bar", "Signed in as")
-            assert f"Signed in as {name} · {role} · Sign out" in bar
+            assert f"Signed in as {name} · {role} · Sign out · Sign out everywhere" in bar
             page.get_by_role("tab", name="Curation").click()
             _wait_text(page, "#cur-table", "@1")  # the curation tab's page load has run
             if role == "radiologist":
@@ -43,7 +43,9 @@ def test_the_page_names_the_user_and_disables_what_the_role_may_not_do(world, br
                 for button in ("#cur-save", "#cur-publish", "#cur-revert"):
                     assert not page.locator(button).is_disabled()
                 assert "needs the curator role" not in page.inner_text("#cur-status")
-            page.get_by_text("Sign out").click()
+            # one link ends this session, the other every session of the user (issue 33)
+            link = "Sign out" if role == "radiologist" else "Sign out everywhere"
+            page.get_by_text(link, exact=True).click()
             page.wait_for_selector("input[type=password]")
             context.close()
     finally:

@@ -229,12 +229,16 @@ def test_may_see_phi_rule():
         assert may_see_phi("someone", role, accounts=True) is False
 
 
-def test_grants_and_sessions_expire(monkeypatch):
-    import chexretrieve.viewer_web.access as access_module
+@pytest.mark.parametrize("kept", ["memory", "store"])
+def test_grants_and_sessions_expire(tmp_path, kept):
+    from chexretrieve.store import open_store
+    from chexretrieve.store.access_state import AccessState
 
     now = [1000.0]
-    monkeypatch.setattr(access_module.time, "monotonic", lambda: now[0])
-    access = ViewerAccess(ttl_s=60)
+    state = None
+    if kept == "store":
+        state = AccessState(open_store(f"sqlite:///{tmp_path / 'grants.sqlite'}"))
+    access = ViewerAccess(ttl_s=60, state=state, clock=lambda: now[0])
     grant = access.grant("u", ["1.2"])
     session = access.open(grant, "u", ["1.2"])
     assert access.allowed(session, "u", "1.2") and not access.allowed(session, "u", "1.3")
@@ -281,3 +285,30 @@ def test_nothing_is_sent_when_the_audit_trail_cannot_be_written(world, tmp_path)
     for path in _routes(study, series, sop)[4:]:
         answer = client.get(path, headers=_as(client, "dr.alice", cookie))
         assert answer.status_code == 503 and "audit trail" in answer.text, path
+
+
+def test_a_link_made_by_one_server_process_opens_in_another(tmp_path):
+    """Grants and viewer sessions in the store: a search's link made through one engine (one
+    server process) opens through another, extends the same viewer session, and names no token
+    in the store (only its SHA-256)."""
+    from chexretrieve.store import open_store
+    from chexretrieve.store.access_state import open_access_state
+
+    url = f"sqlite:///{tmp_path / 'shared.sqlite'}"
+    open_store(url).close()
+    first, second = open_access_state(url), open_access_state(url)
+    made_here = ViewerAccess(state=first)
+    opened_there = ViewerAccess(state=second)
+    grant = made_here.grant("dr.a", ["1.2", "1.3"])
+    session = opened_there.open(grant, "dr.a", ["1.2"])
+    assert made_here.allowed(session, "dr.a", "1.2") and not made_here.allowed(
+        session, "dr.a", "1.3"
+    )
+    assert opened_there.open(grant, "dr.a", ["1.3"], session) == session
+    assert made_here.studies_of(session, "dr.a") == {"1.2", "1.3"}
+    assert not made_here.allowed(session, "dr.b", "1.2")
+    with pytest.raises(PermissionError, match="another user"):
+        opened_there.open(grant, "dr.b", ["1.2"])
+    dump = "\n".join(first.store.engine.raw_connection().iterdump())
+    assert grant not in dump and session not in dump
+    first.close(), second.close()
