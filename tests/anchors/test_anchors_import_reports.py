@@ -11,7 +11,12 @@ from typer.testing import CliRunner
 from chexretrieve.anchors import AnchorSet, AnchorSource, load_anchor_set, save_new_version
 from chexretrieve.anchors.broad_prior import broad_prior_sets, prior_sentences
 from chexretrieve.anchors.import_reports import REPOSITORY
-from chexretrieve.anchors.report_corpus import corpus_sentences, report_sentences, scrub
+from chexretrieve.anchors.report_corpus import (
+    corpus_sentences,
+    is_content_free,
+    report_sentences,
+    scrub,
+)
 from chexretrieve.cli import app
 from chexretrieve.evaluation.sources import load_anchor_texts
 from chexretrieve.search.sources import StoreAnchorProvider
@@ -159,3 +164,22 @@ def test_one_prior_rule_for_search_and_evaluation(tmp_path, monkeypatch):
     assert prior_sentences(broad_prior_sets(root, tmp_path / "none")) == (
         "Clinical one.", "Shared sentence.", "Zeta sentence.",
     )  # fmt: skip
+
+
+CONTENT_FREE = (
+    "As above.", "No change.", "See above.", "Otherwise unchanged.", "No new findings.",
+    "No significant interval change.", "Findings as described above.",
+    "Compared with the prior study of ___.", "Unchanged since the previous examination.",
+)  # fmt: skip
+WITH_CONTENT = (
+    "Stable cardiomegaly.", "No pneumothorax.", "No acute cardiopulmonary process.",
+    "Heart size unchanged.", "Unremarkable study.", "Lines and tubes as above.",
+)  # fmt: skip
+
+
+def test_content_free_sentences_are_dropped_not_marked_positive():
+    report = "FINDINGS: " + " ".join(CONTENT_FREE + WITH_CONTENT)
+    assert report_sentences(report) == list(WITH_CONTENT)
+    assert corpus_sentences(CONTENT_FREE) == []
+    assert all(is_content_free(s) for s in CONTENT_FREE)
+    assert not any(is_content_free(s) for s in WITH_CONTENT)
