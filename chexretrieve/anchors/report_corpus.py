@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from chexretrieve.anchors.anchor_set import AnchorSentence, AnchorSet, AnchorSource
@@ -104,7 +104,9 @@ def is_content_free(sentence: str) -> bool:
     return all(word in CONTENT_FREE_WORDS for word in words)
 
 
-def report_sentences(text: str, min_words: int = 2) -> list[str]:
+def report_sentences(
+    text: str, min_words: int = 2, scrub_sentence: Callable[[str], str] = scrub
+) -> list[str]:
     """Scrubbed sentences of one report's findings and impression (numbering and spacing gone);
     sentences with fewer than ``min_words`` words of letters, and content-free ones
     (:func:`is_content_free`), are dropped."""
@@ -112,7 +114,7 @@ def report_sentences(text: str, min_words: int = 2) -> list[str]:
     for piece in _SENTENCE_END.split(report_sections(text)):
         sentence = " ".join(piece.split())
         sentence = re.sub(r"^\d+\.\s+", "", sentence)
-        sentence = scrub(sentence).strip(" -,;")
+        sentence = scrub_sentence(sentence).strip(" -,;")
         if len(re.findall(r"[A-Za-z]{2,}", sentence)) < min_words or is_content_free(sentence):
             continue
         if not sentence.endswith((".", "!", "?")):
@@ -121,12 +123,15 @@ def report_sentences(text: str, min_words: int = 2) -> list[str]:
     return out
 
 
-def corpus_sentences(reports: Iterable[str], min_words: int = 2) -> list[str]:
-    """Distinct scrubbed sentences over all reports, in report order."""
+def corpus_sentences(
+    reports: Iterable[str], min_words: int = 2, scrub_sentence: Callable[[str], str] = scrub
+) -> list[str]:
+    """Distinct scrubbed sentences over all reports, in report order (``scrub_sentence``: the
+    de-identification, :class:`chexretrieve.anchors.phi_scrub.PhiScrubber` in an import)."""
     seen: set[str] = set()
     out = []
     for text in reports:
-        for sentence in report_sentences(text, min_words):
+        for sentence in report_sentences(text, min_words, scrub_sentence):
             key = " ".join(sentence.casefold().rstrip(".!?").split())
             if key not in seen:
                 seen.add(key)
@@ -141,25 +146,34 @@ def report_anchor_set(
     licence: str,
     redistributable: bool,
     where: str,
+    scrubber: Callable[[str], str],
+    store: str | None = None,
     version: int = 1,
 ) -> AnchorSet:
-    """The broad set ``broad/reports-<name>`` of the reports' scrubbed sentences."""
-    sentences = corpus_sentences(reports)
+    """The broad set ``broad/reports-<name>`` of the reports' sentences, de-identified by
+    ``scrubber`` (its ``name`` and ``version`` are recorded); ``store``: the identity of the store
+    the reports came from (the prior takes the set for that store only, unless named)."""
+    sentences = corpus_sentences(reports, scrub_sentence=scrubber)
     if not sentences:
         raise ValueError(f"the {len(reports)} reports from {where} yielded no sentences")
+    scrubbed_by = f"{getattr(scrubber, 'name', 'rules')} {getattr(scrubber, 'version', '')}"
+    parameters = {
+        "no_redistribution": not redistributable,
+        "licence": licence,
+        "reports": len(reports),
+        "polarity": "rule (topics.infer_polarity)",
+        "scrubber": scrubbed_by.strip(),
+    }
+    if store is not None:
+        parameters["store"] = store
     source = AnchorSource(
         kind="curated",
         date=dt.date.today().isoformat(),
         note=(
-            f"Sentences of {len(reports)} radiology reports ({where}), PHI scrubbed by rule "
-            f"(dates, times, titled names, numbers -> ___). Licence: {licence}."
+            f"Sentences of {len(reports)} radiology reports ({where}), de-identified by "
+            f"{scrubbed_by.strip()} (identifiers -> ___). Licence: {licence}."
         ),
-        parameters={
-            "no_redistribution": not redistributable,
-            "licence": licence,
-            "reports": len(reports),
-            "polarity": "rule (topics.infer_polarity)",
-        },
+        parameters=parameters,
     )
     entries = [AnchorSentence(s, infer_polarity(s), "reports") for s in sentences]
     return AnchorSet.create(

@@ -79,7 +79,7 @@ def open_search_app(
             encoder,
         )
     audit = open_audit_log(config.audit)
-    anchors = StoreAnchorProvider(store, encoder, config.anchors_dir)
+    anchors = StoreAnchorProvider(store, encoder, config.anchors_dir, prior=config.prior)
     density = None
     if config.density.enabled:
         from chexretrieve.density import ArchiveDensityProvider

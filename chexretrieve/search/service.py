@@ -126,6 +126,8 @@ class SearchResult:
     # chexretrieve.density QueryDensity (log-density, percentile, OOD flag) or DensityUnavailable;
     # None when the service has no density provider
     density: object | None = None
+    # the sets of a posterior geometry's prior (key, content_hash, folder, private); () otherwise
+    prior: tuple = ()
 
 
 class SearchService:
@@ -296,6 +298,7 @@ class SearchService:
             hits=hits,
             candidates=candidates,
             density=assessment,
+            prior=self._prior_named(spec),
         )
         if self.audit is not None:
             study = request.query_study_uid
@@ -475,6 +478,11 @@ class SearchService:
         return without_other_side(found, side, top)
 
     # ----------------------------------------------------------------------------- helpers
+    def _prior_named(self, spec: GeometrySpec) -> tuple:
+        """The prior's sets as the result names them (posterior geometries only)."""
+        describe = getattr(self.anchors, "prior_description", None)
+        return tuple(describe()) if spec.posterior and describe is not None else ()
+
     def _top_k(self, top_k: int | None) -> int:
         k = self.config.default_top_k if top_k is None else int(top_k)
         if not 1 <= k <= self.config.max_top_k:

@@ -66,7 +66,13 @@ def open_case_lookup(config: UIConfig, store=None, encoder=None) -> tuple[CaseLo
 
     search = SearchConfig(feature_cache_dir=config.feature_cache_dir, index_kind=config.index_kind)
     root = open_search_app(
-        AppConfig(config.db_url, config.encoder, anchors_dir=config.anchors_dir, search=search),
+        AppConfig(
+            config.db_url,
+            config.encoder,
+            anchors_dir=config.anchors_dir,
+            prior=config.prior,
+            search=search,
+        ),
         store=store,
         encoder=encoder,
     )
