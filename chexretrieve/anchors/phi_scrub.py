@@ -16,8 +16,9 @@ Three layers, each replacing what it finds by ``___`` (MIMIC-CXR's own mark):
    parts of speech with nltk's perceptron tagger, whose data nltk downloads at run time; here
    that one step is replaced by :func:`rule_parts_of_speech` (capitalised -> proper noun, digits
    -> number), so nothing is downloaded.
-3. **Project rules** (:func:`chexretrieve.anchors.report_corpus.scrub` and the dictation
-   initials below): dates, clock times, titled names and every number without a unit.
+3. **Project rules** (:func:`chexretrieve.anchors.report_corpus.scrub`, the dictation initials
+   and the patterns below): dates, clock times, titled names, "JS/ab", whole URLs, e-mail and IP
+   addresses, number chains (``62.74.7.6``, UIDs) and every number without a unit.
 
 What gets through is measured, not assumed: ``benchmarks/phi_scrub.py`` plants identifiers of
 every HIPAA Safe Harbor kind in synthetic reports and prints the recall per kind (figures in
@@ -44,6 +45,17 @@ PHILTER_CONFIG = "philter_delta"
 
 #: dictation signatures: radiologist's / typist's initials ("JS/ab", "JRS/kl")
 _DICTATION_INITIALS = re.compile(r"\b[A-Z]{2,4}\s?/\s?[a-z]{2,4}\b")
+#: web and mail addresses, removed whole (philter keeps a URL's path words it knows: "app/main")
+_ADDRESSES = re.compile(
+    r"\b(?:https?|ftp)://[^\s<>\"]+|\bwww\.[^\s<>\"]+|\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+",
+    re.IGNORECASE,
+)
+#: IP addresses and other dotted or colon-separated number chains (IPv4, IPv6, DICOM UIDs); a
+#: measurement has one decimal point at most
+_NUMBER_CHAINS = re.compile(
+    r"\b\d+(?:\.\d+){2,}\b|(?<![\w:])(?:[0-9a-f]{1,4}:){2,7}(?::|[0-9a-f]{1,4})(?![\w:])",
+    re.IGNORECASE,
+)
 _WORD = re.compile(r"[A-Za-z0-9]+")
 _REPEATED_BLANKS = re.compile(r"___(?:[\s,/.:;'-]*___)+")
 _MONTHS = {
@@ -256,7 +268,8 @@ class PhiScrubber:
 
     def _scrub(self, text: str) -> str:
         text = remove_archive_identifiers(text, self.identifiers)
-        text = _DICTATION_INITIALS.sub(BLANK, text)
+        text = _ADDRESSES.sub(BLANK, _DICTATION_INITIALS.sub(BLANK, text))
+        text = _NUMBER_CHAINS.sub(BLANK, text)
         if self.use_philter:
             text = _blank_spans(text, philter_removed_words(text))
         return _REPEATED_BLANKS.sub(BLANK, scrub(text))

@@ -46,6 +46,8 @@ CATEGORIES = {
     "test_adv_readonly_store": "17 read-only and other-schema stores",
     "test_adv_access": "18 accounts, roles, REST routes",
     "test_adv_inputs": "19 previews, picker, input caps",
+    # issue 33's findings
+    "test_adv_phi": "20 PHI in the reports corpus",
 }
 
 

@@ -76,6 +76,7 @@ class Planted:
     value: str
     report: int  # index of the report it was planted in
     must_go: tuple[str, ...]
+    sentence: str = ""  # the sentence that carries it
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,15 @@ class Corpus:
     planted: tuple[Planted, ...]
     clinical: tuple[str, ...]  # the PHI-free sentences used (false-removal sample)
     archive: dict  # names / ids / dates of the archive's own patients (for ArchiveIdentifiers)
+    patients: tuple[dict, ...] = ()  # per archive patient: name (DICOM PN), id, accession, date
+
+
+def context_words(corpus: Corpus) -> frozenset[str]:
+    """Every word of the corpus that is not part of a planted identifier (clinical sentences and
+    the words around each identifier), case-folded: a word also found there cannot count as a
+    leak when the whole corpus is searched."""
+    around = [p.sentence.replace(p.value, " ") for p in corpus.planted]
+    return frozenset(w.casefold() for s in (*corpus.clinical, *around) for w in words(s))
 
 
 def words(text: str) -> list[str]:
@@ -248,7 +258,8 @@ def make_corpus(n_reports: int = 60, seed: int = 7, archive_patients: int = 12) 
                 value, sentence = _phi(kind, fake, rng)
             (findings if k == 0 else impression).insert(rng.randint(0, 1), sentence)
             around = context | {w.casefold() for w in words(sentence.replace(value, " "))}
-            planted.append(Planted(kind, value, r, must_go(value, kind, frozenset(around))))
+            must = must_go(value, kind, frozenset(around))
+            planted.append(Planted(kind, value, r, must, sentence))
         reports.append(
             "EXAMINATION: CHEST (PA AND LAT)\n\nFINDINGS:\n\n"
             + " ".join(findings)
@@ -261,7 +272,22 @@ def make_corpus(n_reports: int = 60, seed: int = 7, archive_patients: int = 12) 
         "ids": frozenset(i for p in patients for i in (p["id"], p["accession"])),
         "dates": frozenset(p["date"] for p in patients),
     }
-    return Corpus(tuple(reports), tuple(planted), tuple(dict.fromkeys(used)), archive)
+    return Corpus(
+        tuple(reports), tuple(planted), tuple(dict.fromkeys(used)), archive, tuple(patients)
+    )
+
+
+def recall_by_kind(corpus: Corpus, scrubbed: list[str]) -> dict[str, tuple[int, int, list]]:
+    """kind -> (removed, planted, [(value, surviving words), ...]) over ``scrubbed`` (one text
+    per report, in corpus order)."""
+    out: dict[str, tuple[int, int, list]] = {}
+    for item in corpus.planted:
+        removed, planted, leaks = out.get(item.kind, (0, 0, []))
+        left = survivors(item, scrubbed[item.report])
+        if left:
+            leaks = [*leaks, (item.value, left)]
+        out[item.kind] = (removed + (not left), planted + 1, leaks)
+    return out
 
 
 def survivors(planted: Planted, scrubbed: str) -> list[str]:
