@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from anchors_testing import import_store_reports
 from phi_corpus import ARCHIVE_KINDS, context_words, make_corpus, survivors
 from typer.testing import CliRunner
 
@@ -62,11 +63,7 @@ def imported(tmp_path_factory):
         ingest_paths([archive], store, StandInEncoder(dim=16), IngestConfig(workers=0))
         store.put_reports({f"r{i:03d}": (text, None) for i, text in enumerate(corpus.reports)})
     private = base / "private"
-    patch = pytest.MonkeyPatch()
-    patch.setenv("CHEXRETRIEVE_PRIVATE_ANCHORS", str(private))
-    done = runner.invoke(app, ["anchors", "import-reports", "--db", url, "--name", "phi"])
-    patch.undo()
-    assert done.exit_code == 0, done.output
+    import_store_reports(url, private, "phi")
     data = yaml.safe_load((private / "broad" / "reports-phi-v1.yaml").read_text("utf-8"))
     sentences = [entry["text"] for entry in data["sentences"]]
     return corpus, url, private, sentences, data

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from anchors_testing import import_store_reports
 from PIL import Image
 from typer.testing import CliRunner
 
@@ -54,11 +55,7 @@ def stores(tmp_path_factory):
     with open_store(a) as store:
         store.put_reports(REPORTS)
     private = base / "private"
-    patch = pytest.MonkeyPatch()
-    patch.setenv("CHEXRETRIEVE_PRIVATE_ANCHORS", str(private))
-    done = runner.invoke(app, ["anchors", "import-reports", "--db", a, "--name", "own"])
-    patch.undo()
-    assert done.exit_code == 0, done.output
+    import_store_reports(a, private, "own")
     return {"a": a, "b": b, "private": private, "base": base}
 
 
