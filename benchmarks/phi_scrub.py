@@ -1,4 +1,4 @@
-"""De-identification of ``anchors import-reports``, measured: recall per PHI kind and false removals.
+"""De-identification of ``anchors import-reports``, measured: recall per PHI kind, false removals.
 
 Synthetic reports (``tests/anchors/phi_corpus.py``: Faker's identifiers of every HIPAA Safe Harbor
 kind that a report's text can hold, plus the archive's own names, ids, accessions and dates, in
