@@ -147,3 +147,25 @@ def test_anchors_list_show_and_embed_see_private_sets(env):
     assert missing.exit_code == 2 and "private anchor sets: broad.reports-own@1" in " ".join(
         missing.output.split()
     )
+
+
+def test_an_import_on_another_store_leaves_this_evaluations_prior_as_it_was(tmp_path, monkeypatch):
+    """The same eval command on store B (or the phantom world: no store) takes the same prior
+    sentences, fingerprint and manifest entry before and after reports are imported from A."""
+    monkeypatch.setenv("CHEXRETRIEVE_PRIVATE_ANCHORS", str(tmp_path / "private"))
+    a, b = _archive(tmp_path / "a", 2), _archive(tmp_path / "b", 3)
+    with open_store(a) as store:
+        store.put_reports(REPORTS)
+    where = {"store B": _identity(b), "no store": None, "store A": _identity(a)}
+    before = {name: load_anchor_texts(findings=(), store=s) for name, s in where.items()}
+    import_store_reports(a, tmp_path / "private", "own")
+    after = {name: load_anchor_texts(findings=(), store=s) for name, s in where.items()}
+    for name in ("store B", "no store"):
+        assert after[name].broad == before[name].broad
+        assert after[name].prior_fingerprint == before[name].prior_fingerprint
+        assert after[name].prior == before[name].prior
+        assert after[name].prior_left_out == (
+            ("broad.reports-own@1", f"from the store {where['store A']}"),
+        )
+    assert after["store A"].prior_fingerprint != before["store A"].prior_fingerprint
+    assert len(after["store A"].broad) == len(before["store A"].broad) + 4
