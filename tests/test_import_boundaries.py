@@ -23,6 +23,8 @@ BOUNDARIES = {
     "pydicom": ("chexretrieve.dicom",),
     "openai": ("chexretrieve.anchors.generate",),
     "faiss": ("chexretrieve.ann", "chexretrieve.search.scoring"),
+    "philter_lite": ("chexretrieve.anchors.phi_scrub",),
+    "nltk": ("chexretrieve.anchors.phi_scrub",),
 }
 #: the only top-level names chexretrieve.geometry may import besides the standard library
 GEOMETRY_ALLOWED = {"numpy", "scipy", "sklearn", "chexretrieve"}

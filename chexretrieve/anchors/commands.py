@@ -54,15 +54,20 @@ def list_command(
     finding: str | None = typer.Option(None, "--finding", help="Only this finding's sets."),
     root: Path | None = _ROOT,
 ) -> None:
-    """Every anchor-set version: key, name, size, polarity balance, source, file."""
+    """Every anchor-set version (the private folder's imported corpora too, their file marked
+    "private:"): key, name, size, polarity balance, source, file."""
     from rich.table import Table
 
+    from chexretrieve.anchors.broad_prior import private_anchor_sets
     from chexretrieve.anchors.files import find_anchor_sets
 
     try:
         sets = find_anchor_sets(root, finding=finding)
+        private = [s for s in private_anchor_sets() if finding is None or s.finding == finding]
     except ValueError as exc:
         _fail(str(exc))
+    private_keys = {s.key for s in private}
+    sets = sets + private
     columns = ("key", "finding / context", "n", "pos", "neg", "created", "source", "file")
     rows = []
     for s in sets:
@@ -70,7 +75,8 @@ def list_command(
         kinds = ",".join(sorted({src.kind for src in s.sources.values()}))
         rows.append(
             (s.key, s.name, str(len(s)), str(positives), str(len(s) - positives), s.created,
-             kinds, str(s.path.name if s.path else ""))
+             kinds, ("private: " + str(s.path) if s.key in private_keys else
+                     str(s.path.name if s.path else "")))
         )  # fmt: skip
     console = _console()
     if not console.is_terminal:  # piped: one tab-separated line per set, nothing cut or wrapped
@@ -104,10 +110,10 @@ def show_command(
     from rich.markup import escape
     from rich.table import Table
 
-    from chexretrieve.anchors.files import resolve_anchor_set
+    from chexretrieve.anchors.broad_prior import resolve_including_private
 
     try:
-        s = resolve_anchor_set(ref, root)
+        s = resolve_including_private(ref, root)
     except ValueError as exc:
         _fail(str(exc))
     console = _console()
@@ -170,11 +176,11 @@ def diff_command(
     root: Path | None = _ROOT,
 ) -> None:
     """Added, removed, reworded and polarity-flipped sentences between two sets."""
+    from chexretrieve.anchors.broad_prior import resolve_including_private as resolve
     from chexretrieve.anchors.diff import diff_anchor_sets, render_diff
-    from chexretrieve.anchors.files import resolve_anchor_set
 
     try:
-        diff = diff_anchor_sets(resolve_anchor_set(old, root), resolve_anchor_set(new, root))
+        diff = diff_anchor_sets(resolve(old, root), resolve(new, root))
     except ValueError as exc:
         _fail(str(exc))
     if as_json:
@@ -248,16 +254,20 @@ def embed_command(
     refresh: bool = typer.Option(False, "--refresh", help="Recompute even when cached."),
     root: Path | None = _ROOT,
 ) -> None:
-    """Embed anchor sets with an encoder and cache them per (set version, encoder) in the store."""
+    """Embed anchor sets (the private folder's imported corpora too) with an encoder and cache
+    them per (set version, encoder) in the store."""
     from rich.progress import track
     from rich.table import Table
 
+    from chexretrieve.anchors.broad_prior import private_anchor_sets, resolve_including_private
     from chexretrieve.anchors.curation import embed_anchor_set
-    from chexretrieve.anchors.files import find_anchor_sets, resolve_anchor_set
+    from chexretrieve.anchors.files import find_anchor_sets
 
     try:
         sets = (
-            [resolve_anchor_set(r, root) for r in refs] if refs else _newest(find_anchor_sets(root))
+            [resolve_including_private(r, root) for r in refs]
+            if refs
+            else _newest(find_anchor_sets(root) + private_anchor_sets())
         )
         store, model = _open_store_and_encoder(db, encoder)
         rows = [embed_anchor_set(s, model, store, refresh) for s in track(sets, "embedding")]
@@ -336,7 +346,8 @@ def impact_command(
 def import_reports_command(
     db: str | None = _DB,
     folder: Path | None = typer.Option(
-        None, "--folder", help="Read the .txt reports under this folder instead of a store."
+        None, "--folder", help="Read the .txt reports under this folder instead of a store (with "
+        "--db too: that store's identifiers are removed and its prior takes the set).",
     ),
     name: str = typer.Option("mimic", "--name", help="The set is broad/reports-NAME."),
     licence: str | None = typer.Option(
@@ -344,60 +355,83 @@ def import_reports_command(
     ),
     redistributable: bool = typer.Option(
         False, "--redistributable", help="The licence allows sharing the sentences (else the set "
-        "is marked no_redistribution and kept out of the repository).",
+        "is marked no_redistribution and never leaves the private anchors folder).",
     ),
     out: Path | None = typer.Option(
-        None, "--out", help="Folder to write to (default: $CHEXRETRIEVE_PRIVATE_ANCHORS, else "
-        "~/.local/share/chexretrieve/private-anchors).",
+        None, "--out", help="Folder to write to (default and, without --redistributable, the only "
+        "choice: $CHEXRETRIEVE_PRIVATE_ANCHORS, else ~/.local/share/chexretrieve/private-anchors).",
     ),
 ) -> None:  # fmt: skip
-    """Reports (the store's, or a folder's .txt) -> sentences, deduplicated, PHI-scrubbed -> a
-    broad corpus that joins the posterior prior of search, serve, UI and eval."""
-    from chexretrieve.anchors.import_reports import PHYSIONET_LICENCE, import_reports
+    """Reports (the store's, or a folder's .txt) -> sentences, de-identified (the store's own
+    identifiers exactly, then philter-lite's rules and ours), deduplicated -> a broad corpus that
+    joins the posterior prior of the store it came from (elsewhere: name it with --prior)."""
+    from chexretrieve.anchors.import_reports import (
+        PHYSIONET_LICENCE,
+        import_reports,
+        store_identifiers,
+    )
     from chexretrieve.anchors.report_corpus import folder_reports
 
+    console = _console()
+    identity, identifiers, unread = None, None, 0
     try:
         if folder is not None:
-            if db is not None:
-                raise ValueError("give --db or --folder, not both")
             texts, where = folder_reports(folder), str(folder)
-        else:
+        if db is not None or folder is None:
             from chexretrieve.store import StoreConfig, default_db_url, open_store
 
             config = StoreConfig(url=default_db_url(), create_if_missing=False)
-            with open_store(db, config) as store:
-                texts, where = [t for _, t in store.report_texts()], store.label
+            with open_store(db, config) as store, console.status("reading the archive's ids"):
+                identity = store.identity
+                identifiers, unread = store_identifiers(store)
+                if folder is None:
+                    texts, where = [t for _, t in store.report_texts()], store.label
             if not texts:
                 raise ValueError(
                     f"the store {where} holds no reports; ingest MIMIC-CXR (its files/ .txt) or "
                     "a --reports CSV first, or give --folder"
                 )
-        result = import_reports(
-            texts, name, where=where, licence=licence or PHYSIONET_LICENCE,
-            redistributable=redistributable, out=out,
-        )  # fmt: skip
+        with console.status(f"de-identifying {len(texts)} reports"):
+            result = import_reports(
+                texts, name, where=where, licence=licence or PHYSIONET_LICENCE,
+                redistributable=redistributable, out=out, identifiers=identifiers, store=identity,
+            )  # fmt: skip
     except ValueError as exc:
         _fail(str(exc))
-    console = _console()
     state = "unchanged (the newest version holds these sentences)" if result.unchanged else "wrote"
     console.print(
         f"{result.key}: {result.sentences} sentences from {result.reports} reports; {state} "
         f"{result.path}",
         soft_wrap=True, markup=False,
     )  # fmt: skip
+    console.print(
+        f"de-identified by {result.scrubber}"
+        + (f"; {unread} DICOM files of the store could not be read" if unread else ""),
+        soft_wrap=True, markup=False,
+    )  # fmt: skip
     if result.restricted:
         console.print(
-            "its licence forbids redistribution: never commit or share this file (it is kept "
-            "outside the repository; the folder's .gitignore ignores it)",
+            "its licence forbids redistribution: never commit or share this file (it stays in the "
+            "private anchors folder; the folder's .gitignore ignores it)",
             soft_wrap=True,
         )
-    if result.in_prior:
-        console.print("the posterior prior of search, serve, the UI and eval now includes it")
+    if not result.in_prior:
+        console.print(
+            f"not in any prior: set $CHEXRETRIEVE_PRIVATE_ANCHORS to {result.path.parent.parent} "
+            f"and name it with --prior {result.key}",
+            soft_wrap=True, markup=False,
+        )  # fmt: skip
+    elif identity is not None:
+        console.print(
+            f"the posterior prior of search, serve, the UI and eval on the store {identity} now "
+            f"includes it; on other stores name it with --prior {result.key}",
+            soft_wrap=True, markup=False,
+        )  # fmt: skip
     else:
         console.print(
-            "not in the prior yet: set $CHEXRETRIEVE_PRIVATE_ANCHORS to that folder to use it",
-            soft_wrap=True,
-        )
+            f"it joins a posterior prior only where named: --prior {result.key}",
+            soft_wrap=True, markup=False,
+        )  # fmt: skip
 
 
 def _newest(sets):

@@ -9,7 +9,10 @@ PHI scrubbed the way MIMIC-CXR writes de-identified text, ``___`` in place of:
 * numbers, except a measurement with its unit (``5 mm``, ``2.3 cm``, ``12 French``, ``30%``),
   so ages, record numbers, phone numbers and pager numbers go;
 
--> sentences deduplicated (case and spacing ignored), polarity by rule
+-> content-free sentences dropped (:func:`is_content_free`: "As above.", "No change.", "Otherwise
+unchanged." state no finding, organ, device or normal result of their own; marked by polarity they
+would enter the prior as positive statements) -> sentences deduplicated (case and spacing
+ignored), polarity by rule
 (``topics.infer_polarity``) -> one anchor set of context ``broad/reports-<name>``. The set records
 its licence; unless the reports may be redistributed it is marked ``no_redistribution`` and is
 written only to the private anchors folder, outside the repository, never to be committed.
@@ -21,7 +24,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from chexretrieve.anchors.anchor_set import AnchorSentence, AnchorSet, AnchorSource
@@ -61,6 +64,17 @@ _SENTENCE_END = re.compile(
     r"|\n\s*\n|\s+(?=\d\.\s+[A-Z])"
 )
 _KEEP_SECTIONS = ("FINDINGS", "IMPRESSION")
+#: words that refer to another text or time and say nothing of the image on their own: a
+#: sentence made of these alone (numbers and ``___`` aside) is content-free
+CONTENT_FREE_WORDS = frozenset(
+    """a above again all an and any appreciable appreciably are as at be been before below
+    change changed changes compared comparison current described detailed earlier essentially
+    exam examination examinations exams film films finding findings for from given grossly has
+    have here in interval is it largely mentioned new no noted now of on or otherwise overall
+    previous previously prior radiograph radiographs recent relatively reported same see seen
+    significant significantly similar since stable status study studies than that the there this
+    to today unchanged visit was were with without""".split()
+)
 
 
 def scrub(text: str) -> str:
@@ -81,15 +95,27 @@ def report_sections(text: str) -> str:
     return "\n\n".join(kept) if kept else text
 
 
-def report_sentences(text: str, min_words: int = 2) -> list[str]:
+def is_content_free(sentence: str) -> bool:
+    """True when every word of ``sentence`` is in :data:`CONTENT_FREE_WORDS` (case ignored): it
+    points elsewhere ("As above.", "No change.", "Findings as described above.") and names no
+    finding, organ, device or normal result. "Stable cardiomegaly." and "No pneumothorax." name
+    one and are kept."""
+    words = re.findall(r"[a-z]+", sentence.casefold().replace(BLANK, " "))
+    return all(word in CONTENT_FREE_WORDS for word in words)
+
+
+def report_sentences(
+    text: str, min_words: int = 2, scrub_sentence: Callable[[str], str] = scrub
+) -> list[str]:
     """Scrubbed sentences of one report's findings and impression (numbering and spacing gone);
-    sentences with fewer than ``min_words`` words of letters are dropped."""
+    sentences with fewer than ``min_words`` words of letters, and content-free ones
+    (:func:`is_content_free`), are dropped."""
     out = []
     for piece in _SENTENCE_END.split(report_sections(text)):
         sentence = " ".join(piece.split())
         sentence = re.sub(r"^\d+\.\s+", "", sentence)
-        sentence = scrub(sentence).strip(" -,;")
-        if len(re.findall(r"[A-Za-z]{2,}", sentence)) < min_words:
+        sentence = scrub_sentence(sentence).strip(" -,;")
+        if len(re.findall(r"[A-Za-z]{2,}", sentence)) < min_words or is_content_free(sentence):
             continue
         if not sentence.endswith((".", "!", "?")):
             sentence += "."
@@ -97,12 +123,15 @@ def report_sentences(text: str, min_words: int = 2) -> list[str]:
     return out
 
 
-def corpus_sentences(reports: Iterable[str], min_words: int = 2) -> list[str]:
-    """Distinct scrubbed sentences over all reports, in report order."""
+def corpus_sentences(
+    reports: Iterable[str], min_words: int = 2, scrub_sentence: Callable[[str], str] = scrub
+) -> list[str]:
+    """Distinct scrubbed sentences over all reports, in report order (``scrub_sentence``: the
+    de-identification, :class:`chexretrieve.anchors.phi_scrub.PhiScrubber` in an import)."""
     seen: set[str] = set()
     out = []
     for text in reports:
-        for sentence in report_sentences(text, min_words):
+        for sentence in report_sentences(text, min_words, scrub_sentence):
             key = " ".join(sentence.casefold().rstrip(".!?").split())
             if key not in seen:
                 seen.add(key)
@@ -117,25 +146,34 @@ def report_anchor_set(
     licence: str,
     redistributable: bool,
     where: str,
+    scrubber: Callable[[str], str],
+    store: str | None = None,
     version: int = 1,
 ) -> AnchorSet:
-    """The broad set ``broad/reports-<name>`` of the reports' scrubbed sentences."""
-    sentences = corpus_sentences(reports)
+    """The broad set ``broad/reports-<name>`` of the reports' sentences, de-identified by
+    ``scrubber`` (its ``name`` and ``version`` are recorded); ``store``: the identity of the store
+    the reports came from (the prior takes the set for that store only, unless named)."""
+    sentences = corpus_sentences(reports, scrub_sentence=scrubber)
     if not sentences:
         raise ValueError(f"the {len(reports)} reports from {where} yielded no sentences")
+    scrubbed_by = f"{getattr(scrubber, 'name', 'rules')} {getattr(scrubber, 'version', '')}"
+    parameters = {
+        "no_redistribution": not redistributable,
+        "licence": licence,
+        "reports": len(reports),
+        "polarity": "rule (topics.infer_polarity)",
+        "scrubber": scrubbed_by.strip(),
+    }
+    if store is not None:
+        parameters["store"] = store
     source = AnchorSource(
         kind="curated",
         date=dt.date.today().isoformat(),
         note=(
-            f"Sentences of {len(reports)} radiology reports ({where}), PHI scrubbed by rule "
-            f"(dates, times, titled names, numbers -> ___). Licence: {licence}."
+            f"Sentences of {len(reports)} radiology reports ({where}), de-identified by "
+            f"{scrubbed_by.strip()} (identifiers -> ___). Licence: {licence}."
         ),
-        parameters={
-            "no_redistribution": not redistributable,
-            "licence": licence,
-            "reports": len(reports),
-            "polarity": "rule (topics.infer_polarity)",
-        },
+        parameters=parameters,
     )
     entries = [AnchorSentence(s, infer_polarity(s), "reports") for s in sentences]
     return AnchorSet.create(

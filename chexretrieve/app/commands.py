@@ -54,6 +54,12 @@ def search_command(
     label_known: bool = typer.Option(False, "--label-known", help="Only labelled results."),
     explain: bool = typer.Option(False, "--explain", help="Show the anchor explanation."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+    prior: list[str] = typer.Option(
+        [],
+        "--prior",
+        help="Private broad set (id@version or id) joining the posterior prior "
+        "besides this store's own imported reports (repeatable).",
+    ),  # fmt: skip
 ) -> None:
     """Find archived cases similar to a query case or image with respect to one finding."""
     from rich.console import Console
@@ -100,7 +106,9 @@ def search_command(
         # a one-shot process fits a missing archive density now (a background fit would die
         # with the process); `chexretrieve density fit` or `ingest --fit-density` do it ahead
         density = DensityConfig(background_fit_above=FIT_NOW)
-        service = open_search_app(AppConfig(db_url=db, encoder=encoder, density=density)).service
+        service = open_search_app(
+            AppConfig(db_url=db, encoder=encoder, density=density, prior=tuple(prior))
+        ).service
         request = SearchRequest(
             finding=finding,
             geometry=geometry,

@@ -22,6 +22,9 @@ class AppConfig:
     device: str = "auto"
     # anchor-set folder; None = $CHEXRETRIEVE_ANCHORS, else the repository's anchors/
     anchors_dir: Path | None = None
+    # private broad sets (id@version or id) that join the posterior prior besides those imported
+    # from this store's own reports (`--prior`; see chexretrieve.anchors.broad_prior)
+    prior: tuple[str, ...] = ()
     # settings of the search service (feature cache folder, ranking index, feedback weights, ...)
     search: SearchConfig = field(default_factory=SearchConfig)
     # the audit trail every search is written to (AuditConfig.path / $CHEXRETRIEVE_AUDIT_LOG)

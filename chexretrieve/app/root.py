@@ -102,7 +102,7 @@ def open_search_app(
             encoder,
         )
     audit = open_audit_log(config.audit, anchor=store_witness(store))
-    anchors = StoreAnchorProvider(store, encoder, config.anchors_dir)
+    anchors = StoreAnchorProvider(store, encoder, config.anchors_dir, prior=config.prior)
     index = open_index(config, store, encoder.encoder_id, anchors, background, progress)
     if index is not None:
         from chexretrieve.index.services import IndexAnchors, IndexDensityProvider

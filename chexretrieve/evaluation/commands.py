@@ -47,6 +47,12 @@ def retrieval_command(
     anchors_root: Path | None = typer.Option(
         None, "--anchors-root", help="Anchor-set folder (default: the project's anchors/)."
     ),
+    prior: list[str] = typer.Option(
+        [],
+        "--prior",
+        help="Private broad set (id@version or id) joining the posterior prior "
+        "besides the --db store's own imported reports (repeatable).",
+    ),  # fmt: skip
     findings: str | None = typer.Option(None, "--findings", help="Comma list (default: all 13)."),
     geometries: str | None = typer.Option(
         None, "--geometries", help="Comma list of geometry specs (default: all)."
@@ -220,7 +226,16 @@ def retrieval_command(
     from chexretrieve.evaluation.sources import load_anchor_texts
 
     encoder_config = EncoderConfig(device=device, tokenizer_path=tokenizer)
-    texts = load_anchor_texts(anchors_root, retrieval.findings, max_variants)
+    from chexretrieve.anchors.anchor_set import AnchorSetError
+    from chexretrieve.store import database_identity
+
+    try:  # a private report corpus joins only for its own store, or when named
+        store_identity = database_identity(db) if db and not chexpert_root else None
+        texts = load_anchor_texts(
+            anchors_root, retrieval.findings, max_variants, store=store_identity, prior=prior
+        )
+    except AnchorSetError as exc:
+        _fail(exc)
     specs = [f"chexzero:{p}" for p in checkpoint] + list(encoder)
     show = not quiet
     if cache_dir is None:
@@ -336,6 +351,11 @@ def _run_and_write(archive, views, plan, out, name, source, texts, console, show
     except NothingEvaluatedError as exc:
         _fail(exc, code=1)
     report.settings["anchor_sets"] = list(texts.provenance)
+    report.settings["prior"] = {"fingerprint": texts.prior_fingerprint, "sets": list(texts.prior)}
+    for key, why in texts.prior_left_out:  # never silently: a private set outside this prior
+        report.notes.append(
+            f"The private broad set {key} ({why}) is not in this prior; `--prior {key}` adds it."
+        )
     paths = write_report(report, out)
     for title, (text, means), compact in (
         ("Table 2: softmax anchor divergence − reference (AUPRC)", table2_frames(report), False),

@@ -46,6 +46,9 @@ class AnchorTexts:
     broad: tuple[str, ...] = ()  # the broad clinical corpus (prior of the posterior models)
     nuisance: dict[str, tuple[str, ...]] = field(default_factory=dict)  # context -> sentences
     provenance: tuple[str, ...] = ()  # id@version of every set used
+    prior: tuple[dict, ...] = ()  # the prior's sets: key, content_hash, folder, private
+    prior_fingerprint: str = ""  # one hash of the prior (keys and content hashes, in order)
+    prior_left_out: tuple[tuple[str, str], ...] = ()  # private broad sets not taken, and why
 
     @property
     def broad_sets(self) -> tuple[str, ...]:
@@ -57,11 +60,15 @@ def load_anchor_texts(
     root: str | Path | None = None,
     findings: Sequence[str] = FINDINGS,
     max_variants: int | None = None,
+    *,
+    store: str | None = None,
+    prior: Sequence[str] = (),
 ) -> AnchorTexts:
     """Newest version of every variant per finding and nuisance/... context; the broad prior
-    as ``chexretrieve.anchors.broad_prior`` rules (the same one search uses)."""
+    as ``chexretrieve.anchors.broad_prior`` rules (the same one search uses): a private set joins
+    for ``store`` (``Store.identity`` of the evaluated store; None: none) or when in ``prior``."""
     from chexretrieve.anchors import find_anchor_sets, latest_variants
-    from chexretrieve.anchors.broad_prior import broad_prior_sets, prior_sentences
+    from chexretrieve.anchors.broad_prior import prior_sentences, resolve_prior
 
     found: dict[str, tuple] = {}
     keys: list[str] = []
@@ -78,9 +85,12 @@ def load_anchor_texts(
             sets = latest_variants(context, root)
             nuisance[context] = tuple(t for s in sets for t in s.sentences)
             keys += [s.key for s in sets]
-    prior = broad_prior_sets(root)
-    keys += [s.key for s in prior]
-    return AnchorTexts(found, prior_sentences(prior), nuisance, tuple(keys))
+    chosen = resolve_prior(root, store=store, named=prior)
+    keys += list(chosen.keys)
+    return AnchorTexts(
+        found, prior_sentences(chosen.sets), nuisance, tuple(keys), tuple(chosen.describe()),
+        chosen.fingerprint, chosen.left_out,
+    )  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------ caching

@@ -34,6 +34,10 @@ def print_result(result, explain: bool) -> None:
             label_word(label),
         )
     Console().print(table)
+    if result.prior:
+        from chexretrieve.anchors.broad_prior import prior_line
+
+        Console().print(f"prior: {prior_line(result.prior)}", markup=False, soft_wrap=True)
     from chexretrieve.density.output import density_lines
 
     for line in density_lines(result, explain):
@@ -57,6 +61,7 @@ def result_as_dict(result) -> dict:
         "anchor_set": result.anchor_set,
         "encoder_id": result.encoder_id,
         "candidates": result.candidates,
+        "prior": [dict(d) for d in getattr(result, "prior", ())],
         "hits": [
             {
                 "rank": h.rank,

@@ -97,6 +97,8 @@ class SearchResult:
     # chexretrieve.density QueryDensity (log-density, percentile, OOD flag) or DensityUnavailable;
     # None when the service has no density provider
     density: object | None = None
+    # the sets of a posterior geometry's prior (key, content_hash, folder, private); () otherwise
+    prior: tuple = ()
 
 
 class FeaturesBeingPrepared(ValueError):

@@ -234,6 +234,7 @@ class SearchService:
             hits=hits,
             candidates=candidates,
             density=assessment,
+            prior=self._prior_named(spec),
         )
         if self.audit is not None:
             study = request.query_study_uid
@@ -465,6 +466,11 @@ class SearchService:
         return without_other_side(found, side, top)
 
     # ----------------------------------------------------------------------------- helpers
+    def _prior_named(self, spec: GeometrySpec) -> tuple:
+        """The prior's sets as the result names them (posterior geometries only)."""
+        describe = getattr(self.anchors, "prior_description", None)
+        return tuple(describe()) if spec.posterior and describe is not None else ()
+
     def _top_k(self, top_k: int | None) -> int:
         k = self.config.default_top_k if top_k is None else int(top_k)
         if not 1 <= k <= self.config.max_top_k:

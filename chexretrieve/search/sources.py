@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from chexretrieve.anchors import AnchorSet, anchor_cache_key, find_anchor_sets, latest_anchor_set
 from chexretrieve.anchors.anchor_set import AnchorSetError
-from chexretrieve.anchors.broad_prior import broad_prior_sets, prior_fingerprint, prior_rows
+from chexretrieve.anchors.broad_prior import Prior, prior_rows, resolve_prior
 from chexretrieve.findings import canonical_finding
 from chexretrieve.search.gallery import Gallery
 from chexretrieve.search.service import AnchorSetRef
@@ -36,10 +37,11 @@ def gallery_from_store(store, encoder_id: str) -> Gallery:
 class StoreAnchorProvider:
     """Anchor sets from the versioned files, embedded once per (version, encoder) in the store."""
 
-    def __init__(self, store, encoder, root: Path | None = None):
+    def __init__(self, store, encoder, root: Path | None = None, prior: Sequence[str] = ()):
         self.store = store
         self.encoder = encoder
         self.root = root
+        self.prior_names = tuple(prior)  # private broad sets named with --prior
         self._memory: dict[tuple[str, str], np.ndarray] = {}
         self._warned = False
 
@@ -98,10 +100,20 @@ class StoreAnchorProvider:
             polarities=tuple(entry.polarity for entry in anchor_set.entries),
         )
 
+    def prior(self) -> Prior:
+        """The prior's sets for this store (``resolve_prior``: the rule evaluation uses too)."""
+        return resolve_prior(
+            self.root, store=getattr(self.store, "identity", None), named=self.prior_names
+        )
+
+    def prior_description(self) -> list[dict]:
+        """Key, content hash and folder of each set of the prior (search output, JSON, UI)."""
+        return self.prior().describe()
+
     def broad_prior(self) -> tuple[str, np.ndarray]:
-        """(fingerprint, embeddings) of the prior: the sets ``broad_prior_sets`` names, each
-        sentence once (the rule evaluation uses too)."""
-        sets = broad_prior_sets(self.root)
+        """(fingerprint, embeddings) of the prior (:meth:`prior`), each sentence once."""
+        prior = self.prior()
+        sets = list(prior.sets)
         if not sets:
             raise AnchorSetError(
                 f"no broad anchor set (broad/...) under {self.root or 'the anchors folder'} or "
@@ -110,4 +122,4 @@ class StoreAnchorProvider:
         matrices = [self.embed(s) for s in sets]
         rows = prior_rows(sets)
         stacked = np.stack([matrices[i][j] for i, j in rows]).astype(np.float32)
-        return prior_fingerprint(sets), stacked
+        return prior.fingerprint, stacked

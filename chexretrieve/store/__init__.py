@@ -16,7 +16,13 @@ For the case lookup UI (issue 15):
 """
 
 from chexretrieve.store.config import DEFAULT_DB_URL, StoreConfig
-from chexretrieve.store.engine import StoreError, database_label, default_db_url, sqlite_file
+from chexretrieve.store.engine import (
+    StoreError,
+    database_identity,
+    database_label,
+    default_db_url,
+    sqlite_file,
+)
 from chexretrieve.store.records import (
     BatchItem,
     CasePage,
@@ -52,6 +58,7 @@ __all__ = [
     "StoreError",
     "StoredImage",
     "Thumbnail",
+    "database_identity",
     "database_label",
     "default_db_url",
     "open_store",

@@ -90,6 +90,28 @@ def report_texts(conn: Connection) -> list[tuple[str, str]]:
     return [(key, text) for key, text in rows]
 
 
+def archive_identifiers(conn: Connection) -> dict[str, object]:
+    """What the archive holds that identifies its patients: ``ids`` (patient ids, accession
+    numbers, data-set study ids), ``dates`` (study dates) and ``dicom_files`` (one stored DICOM
+    source path per study, whose header names people)."""
+    ids: set[str] = set()
+    dates: set = set()
+    files: dict[int, str] = {}
+    rows = conn.execute(
+        select(
+            Image.study_id, Image.patient_id, Image.accession_number, Image.dataset_study_id,
+            Image.study_date, Image.source_path, Image.source_format, Study.patient_id,
+            Study.study_date,
+        ).join(Study, Study.id == Image.study_id)
+    )  # fmt: skip
+    for study, patient, accession, dataset_study, date, path, kind, patient2, date2 in rows:
+        ids.update(v for v in (patient, accession, dataset_study, patient2) if v)
+        dates.update(d for d in (date, date2) if d)
+        if path and kind == "dicom":
+            files.setdefault(study, path)
+    return {"ids": ids, "dates": dates, "dicom_files": sorted(files.values())}
+
+
 def report_keys(conn: Connection) -> dict[str, str]:
     rows = conn.execute(
         select(Image.dataset_study_id, Study.study_uid, Image.dataset_path, Image.source_path).join(
@@ -143,6 +165,12 @@ class DatasetRecords:
         """Every stored report as (study key, text), ordered by key."""
         with self._read() as conn:
             return report_texts(conn)
+
+    def archive_identifiers(self) -> dict[str, object]:
+        """Patient ids, accession numbers, study ids and dates, and a DICOM file per study (see
+        :func:`archive_identifiers`): what ``anchors import-reports`` removes exactly."""
+        with self._read() as conn:
+            return archive_identifiers(conn)
 
     def report_keys(self) -> dict[str, str]:
         """Image names (data-set path, file path) and study ids -> the study key reports use."""

@@ -177,6 +177,14 @@ def database_label(url: str) -> str:
         return "<unparseable URL>"
 
 
+def database_identity(url: str) -> str:
+    """Which store a URL names, for the prior's rule (a private report corpus joins the prior of
+    the store it came from): a SQLite file by its resolved path, another database by its URL
+    without the password."""
+    path = sqlite_file(url)
+    return f"sqlite:///{path.expanduser().resolve()}" if path is not None else database_label(url)
+
+
 def sqlite_file(url: str) -> Path | None:
     """The database file a ``sqlite:///`` URL names (None for other databases or bad URLs)."""
     try:

@@ -27,6 +27,7 @@ from chexretrieve.store.engine import (
     WRITER_OPTION,
     StoreError,
     create_store_engine,
+    database_identity,
     database_label,
     default_db_url,
     run_migrations,
@@ -135,6 +136,11 @@ class Store(DatasetRecords, ArchiveReads):
     def label(self) -> str:
         """The URL with any password hidden."""
         return database_label(self.config.url)
+
+    @property
+    def identity(self) -> str:
+        """Which store this is for the prior's rule (``engine.database_identity``)."""
+        return database_identity(self.config.url)
 
     def close(self) -> None:
         self.engine.dispose()

@@ -68,7 +68,7 @@ def open_case_lookup(config: UIConfig, store=None, encoder=None) -> tuple[CaseLo
     search = SearchConfig(feature_cache_dir=config.feature_cache_dir, index_kind=config.index_kind)
     root = open_search_app(
         AppConfig(config.db_url, config.encoder, anchors_dir=config.anchors_dir, search=search,
-                  index=config.index),
+                  index=config.index, prior=config.prior),
         store=store,
         encoder=encoder,
         background=True,  # what the archive index lacks is built by its background jobs

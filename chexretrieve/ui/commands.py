@@ -68,6 +68,12 @@ def serve_command(
     anchors: Path | None = typer.Option(
         None, "--anchors", help="Anchor-set folder (default: $CHEXRETRIEVE_ANCHORS or anchors/)."
     ),
+    prior: list[str] = typer.Option(
+        [],
+        "--prior",
+        help="Private broad set (id@version or id) joining the posterior prior "
+        "besides this store's own imported reports (repeatable).",
+    ),  # fmt: skip
     reports_csv: list[Path] = typer.Option(
         [],
         "--reports-csv",
@@ -127,6 +133,7 @@ def serve_command(
             feature_cache_dir=features,
             reports_dir=reports,
             anchors_dir=anchors,
+            prior=tuple(prior),
             reports_csv=tuple(reports_csv),
             index_kind=index,
             dicomweb_url=dicomweb,

@@ -56,6 +56,8 @@ class UIConfig:
     max_upload_mb: int = 50
     # anchor-set folder searched and curated; None = $CHEXRETRIEVE_ANCHORS, else the repo's anchors/
     anchors_dir: Path | None = None
+    # private broad sets (id@version or id) joining the posterior prior besides this store's own
+    prior: tuple[str, ...] = ()
     # folder whose newest report (a sub-folder with report.md) the Evaluation tab shows
     reports_dir: Path = Path("eval/reports")
     # results shown per ranking (cosine and the anchor geometry each)

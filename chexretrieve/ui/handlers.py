@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from chexretrieve.anchors.broad_prior import prior_line
 from chexretrieve.findings import canonical_finding
 from chexretrieve.geometry import geometry_name
 from chexretrieve.search.duplicates import content_signature
@@ -578,6 +579,8 @@ class CaseLookup(ArchiveThumbnails):
         )
         legend = similarity_legend(name.display, result.candidates, shown_baseline, calibration,
                                    finding)  # fmt: skip
+        if result.prior:  # which broad sets the posterior geometry's prior holds
+            legend += f" Prior of {name.display}: {prior_line(result.prior)}."
         links = None
         if self.viewer_links is not None:
             query_study = self._metadata(query.case_id).get("study_uid") if (

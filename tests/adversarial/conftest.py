@@ -51,6 +51,8 @@ CATEGORIES = {
     "test_adv_audit_anchor": "21 audit trail anchored in the store",
     # issue 33's findings
     "test_adv_signin": "22 sign-in, sessions, shared state",
+    # issue 33's findings
+    "test_adv_phi": "23 PHI in the reports corpus",
 }
 
 

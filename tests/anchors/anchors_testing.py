@@ -40,3 +40,18 @@ def line_of(path: Path, needle: str) -> int:
         if needle in line:
             return number
     raise AssertionError(f"{needle!r} not in {path}")
+
+
+def import_store_reports(url: str, private: Path, name: str) -> str:
+    """Run ``chexretrieve anchors import-reports --db URL --name NAME`` with ``private`` as the
+    private anchors folder; its output (AssertionError when it fails)."""
+    import pytest
+    from typer.testing import CliRunner
+
+    from chexretrieve.cli import app
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("CHEXRETRIEVE_PRIVATE_ANCHORS", str(private))
+        done = CliRunner().invoke(app, ["anchors", "import-reports", "--db", url, "--name", name])
+    assert done.exit_code == 0, done.output
+    return done.output
