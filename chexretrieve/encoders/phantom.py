@@ -73,6 +73,21 @@ class PhantomPreprocess:
         batch = images_to_tensor([image], self.size, self.pixel_mean, self.pixel_std)
         return batch[0].numpy()
 
+    @property
+    def working_side(self) -> int:
+        """Long side an image may be box-reduced to before this preprocessing (ingest), keeping
+        at least three working pixels under each output pixel."""
+        return 3 * self.size
+
+    def from_working(
+        self, image: np.ndarray, source_shape: tuple[int, int], scale: int
+    ) -> np.ndarray:
+        """The model input of an image box-reduced ``scale`` times from ``source_shape``."""
+        (image,) = check_greyscale_images([image])
+        shapes = [tuple(source_shape)] if scale > 1 else None
+        batch = images_to_tensor([image], self.size, self.pixel_mean, self.pixel_std, shapes)
+        return batch[0].numpy()
+
 
 class PhantomEncoder:
     """An ``Encoder`` over one phantom weights file (image CNN + projected frozen MiniLM)."""

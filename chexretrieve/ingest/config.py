@@ -43,6 +43,13 @@ class IngestConfig:
     # longest side in pixels of the PNG thumbnail stored with each image (rendered by the decoding
     # workers; the UI shows results from it without reading their files); 0 = no thumbnails
     thumbnail_px: int = 256
+    # decode JPEG and JPEG 2000 at reduced size in the codec (DCT scaling, wavelet levels): 2-4x
+    # faster for them, but such images are identified by a hash of their compressed data instead
+    # of their pixel values (docs/ingest.md); keep one choice per archive
+    reduced_decode: bool = False
+    # run the encoder on its own thread, overlapping the next batch's decoding and the previous
+    # batch's store write (False: one batch at a time in the main thread, for debugging)
+    overlap_encoder: bool = True
 
     def __post_init__(self) -> None:
         if self.workers < -1:
