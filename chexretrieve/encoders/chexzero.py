@@ -33,6 +33,7 @@ from chexretrieve.encoders.base import (
     embed_through_preprocessor,
     unit_rows,
 )
+from chexretrieve.encoders.batching import embed_stack, image_batch_size
 from chexretrieve.encoders.checkpoint import load_matching_state_dict, read_checkpoint
 from chexretrieve.encoders.clip_architecture import (
     METADATA_KEYS,
@@ -188,13 +189,16 @@ class ChexzeroEncoder:
             raise ValueError(
                 f"preprocessed inputs have shape {inputs.shape}, not (n, 3, {side}, {side})"
             )
-        out = np.zeros((len(inputs), self.embed_dim), dtype=np.float32)
-        for start in range(0, len(inputs), self.batch_size):
-            pixels = torch.from_numpy(inputs[start : start + self.batch_size]).to(self.device)
-            with inference_context(self.device, self.config.use_autocast):
-                features = self.model.encode_image(pixels)
-            out[start : start + len(pixels)] = unit_rows(features.float().cpu().numpy())
-        return out
+        model = self.model.encode_image
+        return embed_stack(
+            model,
+            inputs,
+            self.device,
+            image_batch_size(self, model, inputs.shape[1:]),
+            self.config.use_autocast,
+            self.config.autocast_dtype,
+            self.embed_dim,
+        )
 
     def embed_texts(self, texts: Sequence[str]) -> np.ndarray:
         texts = check_texts(texts)
@@ -210,7 +214,9 @@ class ChexzeroEncoder:
         for start in range(0, len(texts), self.batch_size):
             chunk = texts[start : start + self.batch_size]
             ids, ends = self.tokenizer.encode_batch(chunk, max_tokens)
-            with inference_context(self.device, self.config.use_autocast):
+            with inference_context(
+                self.device, self.config.use_autocast, self.config.autocast_dtype
+            ):
                 features = self.model.encode_text(
                     torch.from_numpy(ids).to(self.device), torch.from_numpy(ends).to(self.device)
                 )

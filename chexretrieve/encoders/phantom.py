@@ -26,6 +26,7 @@ from chexretrieve.encoders.base import (
     embed_through_preprocessor,
     unit_rows,
 )
+from chexretrieve.encoders.batching import embed_stack, image_batch_size
 from chexretrieve.encoders.checkpoint import SHORT_HASH_LENGTH
 from chexretrieve.encoders.config import EncoderConfig
 from chexretrieve.encoders.device import inference_context, resolve_batch_size, select_device
@@ -139,13 +140,15 @@ class PhantomEncoder:
         expected = (1, self.image_size, self.image_size)
         if inputs.ndim != 4 or inputs.shape[1:] != expected:
             raise ValueError(f"preprocessed inputs have shape {inputs.shape}, not (n, *{expected})")
-        out = np.zeros((len(inputs), self.embed_dim), dtype=np.float32)
-        for start in range(0, len(inputs), self.batch_size):
-            pixels = torch.from_numpy(inputs[start : start + self.batch_size]).to(self.device)
-            with inference_context(self.device, self.config.use_autocast):
-                features = self.image_tower(pixels)
-            out[start : start + len(pixels)] = unit_rows(features.float().cpu().numpy())
-        return out
+        return embed_stack(
+            self.image_tower,
+            inputs,
+            self.device,
+            image_batch_size(self, self.image_tower, inputs.shape[1:]),
+            self.config.use_autocast,
+            self.config.autocast_dtype,
+            self.embed_dim,
+        )
 
     def embed_texts(self, texts: Sequence[str]) -> np.ndarray:
         texts = check_texts(texts)
@@ -153,7 +156,7 @@ class PhantomEncoder:
         if not texts:
             return out
         sentences = self.sentence_encoder(texts)
-        with inference_context(self.device, self.config.use_autocast):
+        with inference_context(self.device, self.config.use_autocast, self.config.autocast_dtype):
             features = self.projection(sentences.to(self.device))
         out[:] = unit_rows(features.float().cpu().numpy())
         return out
