@@ -480,26 +480,29 @@ def _execute(run: _Run, candidates: list[Candidate], reader, read_config) -> Non
         )
     in_flight_limit = config.batch_size * (config.prefetch_batches + 1) + max(workers, 1)
     with decoder, EncoderStage(run, config.prefetch_batches, config.overlap_encoder) as stage:
-        submitted = 0
-        while submitted < len(to_decode) and submitted < in_flight_limit:
-            decoder.submit(submitted, str(to_decode[submitted].candidate.path))
-            submitted += 1
+        # results are taken in file order (a reorder buffer), so every batch holds the same images
+        # as a one-file-at-a-time run: the same embeddings bit for bit, however workers interleave
+        submitted = next_index = 0
+        ready: dict[int, Decoded | Rejected] = {}
         batch: list[_Pending] = []
-        for received in range(1, len(to_decode) + 1):
-            task_id, result = decoder.get()
-            if submitted < len(to_decode):
+        while next_index < len(to_decode):
+            while submitted < len(to_decode) and submitted - next_index < in_flight_limit:
                 decoder.submit(submitted, str(to_decode[submitted].candidate.path))
                 submitted += 1
-            pending = to_decode[task_id]
-            if isinstance(result, Rejected):
-                run.reject(pending.index, pending.candidate, result.reason, result.message)
-            elif isinstance(result, Decoded):
-                pending.radiograph = result.radiograph
-                batch.append(pending)
+            task_id, result = decoder.get()
+            ready[task_id] = result
+            while next_index in ready:
+                result, pending = ready.pop(next_index), to_decode[next_index]
+                next_index += 1
+                if isinstance(result, Rejected):
+                    run.reject(pending.index, pending.candidate, result.reason, result.message)
+                elif isinstance(result, Decoded):
+                    pending.radiograph = result.radiograph
+                    batch.append(pending)
+                if len(batch) >= config.batch_size or next_index == len(to_decode):
+                    stage.submit(batch)
+                    batch = []
             stage.write_finished()
-            if len(batch) >= config.batch_size or received == len(to_decode):
-                stage.submit(batch)
-                batch = []
         stage.drain()
         run.report.worker_restarts = decoder.restarts
     if run.decided:
