@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from PIL import Image
 
 from chexretrieve.encoders.base import (
     check_greyscale_images,
@@ -76,18 +77,32 @@ class PhantomPreprocess:
 
     @property
     def working_side(self) -> int:
-        """Long side an image may be box-reduced to before this preprocessing (ingest), keeping
-        at least three working pixels under each output pixel."""
-        return 3 * self.size
+        """Long side an image may be box-reduced to before this preprocessing (ingest): four
+        working pixels or more under each output pixel."""
+        return 4 * self.size
 
     def from_working(
         self, image: np.ndarray, source_shape: tuple[int, int], scale: int
     ) -> np.ndarray:
-        """The model input of an image box-reduced ``scale`` times from ``source_shape``."""
+        """The model input of an image box-reduced ``scale`` times from ``source_shape``: the
+        geometry of the source, and area-weighted averages over the source's extent (Pillow's box
+        filter with fractional bounds), as ``images_to_tensor`` averages the source pixels."""
+        if scale <= 1:
+            return self(image)
         (image,) = check_greyscale_images([image])
-        shapes = [tuple(source_shape)] if scale > 1 else None
-        batch = images_to_tensor([image], self.size, self.pixel_mean, self.pixel_std, shapes)
-        return batch[0].numpy()
+        rows, columns = source_shape
+        ratio = self.size / max(rows, columns)
+        new_rows = max(1, min(self.size, round(rows * ratio)))
+        new_columns = max(1, min(self.size, round(columns * ratio)))
+        fitted = Image.fromarray(image, "F").resize(
+            (new_columns, new_rows),
+            Image.Resampling.BOX,
+            box=(0.0, 0.0, columns / scale, rows / scale),
+        )
+        canvas = np.zeros((self.size, self.size), dtype=np.float32)
+        top, left = (self.size - new_rows) // 2, (self.size - new_columns) // 2
+        canvas[top : top + new_rows, left : left + new_columns] = np.asarray(fitted)
+        return ((canvas - np.float32(self.pixel_mean)) / np.float32(self.pixel_std))[None]
 
 
 class PhantomEncoder:

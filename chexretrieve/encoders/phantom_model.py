@@ -173,29 +173,24 @@ class MiniLMSentenceEncoder:
 
 
 def images_to_tensor(
-    images: Sequence[np.ndarray],
-    size: int,
-    pixel_mean: float,
-    pixel_std: float,
-    source_shapes: Sequence[tuple[int, int]] | None = None,
+    images: Sequence[np.ndarray], size: int, pixel_mean: float, pixel_std: float
 ) -> torch.Tensor:
     """(n, 1, size, size) model input: long side resized to ``size``, padded square, normalised.
 
     Images must already be checked 2-D float arrays in [0, 1]. Shrinking averages the source pixels
     under each output pixel, enlarging is bilinear; the image is centred on a black (0) canvas, as
-    CheXzero pads its input. ``source_shapes``: the full-resolution (rows, columns) of images that
-    were box-reduced before (ingest's working resolution); the output geometry follows them.
+    CheXzero pads its input.
     """
     batch = torch.zeros(len(images), 1, size, size)
     for i, image in enumerate(images):
         pixels = torch.from_numpy(np.ascontiguousarray(image, dtype=np.float32))
-        rows, cols = pixels.shape if source_shapes is None else source_shapes[i]
+        rows, cols = pixels.shape
         scale = size / max(rows, cols)
         new_rows = max(1, min(size, round(rows * scale)))
         new_cols = max(1, min(size, round(cols * scale)))
-        if new_rows < pixels.shape[0]:  # box averaging over the pixels each output pixel covers
+        if new_rows < rows:  # box averaging over the source pixels each output pixel covers
             pixels = F.adaptive_avg_pool2d(pixels[None, None], (new_rows, new_cols))[0, 0]
-        elif (new_rows, new_cols) != tuple(pixels.shape):
+        elif (new_rows, new_cols) != (rows, cols):
             pixels = F.interpolate(
                 pixels[None, None], size=(new_rows, new_cols), mode="bilinear", align_corners=False
             )[0, 0].clamp(0.0, 1.0)
