@@ -1,11 +1,11 @@
-"""Where a decoding worker's time goes, per transfer syntax: before and after the working resolution.
+"""Where a decoding worker's time goes, per transfer syntax, before and after working resolution.
 
     .venv/bin/python benchmarks/decode_stages.py [--repeats 5] [--syntax ...] [--json FILE]
 
 One RG1 image (pydicom-data's 1955 x 1841 PA chest CR, 15-bit) written in each transfer syntax
 (``chexretrieve.dicom.samples``) and as an 8-bit JPEG file (CheXpert / MIMIC-CXR-JPG). For each,
-the CPU milliseconds (``time.process_time``, one torch thread, as in a decoding worker; the median of
-``--repeats``; CPU time, so the figures hold on a loaded machine) of every stage:
+the CPU milliseconds (``time.process_time``, one torch thread, as in a decoding worker; the median
+of ``--repeats``; CPU time, so the figures hold on a loaded machine) of every stage:
 
 - before (the path of commit 1f23b76): pydicom's own order of decoders (pydicom's RLE, gdcm for
   JPEG), parse (pydicom + validation), codec (stored values), hash, display (modality LUT, VOI LUT
@@ -103,7 +103,9 @@ def working_path(path: Path, config: ReadConfig, reduced: bool) -> dict[str, flo
         if reduced and module.transfer_syntax in (
             dicom_working._JPEG_SYNTAXES | dicom_working._J2K_SYNTAXES  # noqa: SLF001
         ):
-            reduced_values = dicom_working._reduced_dicom(ds, module, WORKING_SIDE, notes)  # noqa: SLF001
+            reduced_values = dicom_working._reduced_dicom(  # noqa: SLF001
+                ds, module, WORKING_SIDE, notes, "reduced"
+            )
         if reduced_values is not None:
             small, scale, _ = reduced_values
             clock.lap("codec")
@@ -123,7 +125,7 @@ def working_path(path: Path, config: ReadConfig, reduced: bool) -> dict[str, flo
     else:
         clock.lap("parse")
         radiograph = dicom_working.read_working_radiograph(
-            path, config, working_side=WORKING_SIDE, reduced_codec=reduced
+            path, config, working_side=WORKING_SIDE, codec="reduced" if reduced else "full"
         )
         clock.lap("codec")  # the JPEG decode, hash, reduce and display together
         for name in ("hash", "reduce", "display"):

@@ -112,7 +112,7 @@ def load_benchmark_encoder(spec: str, device: str, workdir: Path):  # noqa: ANN2
 
 
 def decode_per_worker(reader, paths: list[Path]) -> tuple[float, float, list]:  # noqa: ANN001
-    """(images/s, CPU ms per image, results) of the ingest reader in this process, 1 torch thread."""
+    """(images/s, CPU ms per image, results) of the ingest reader here, with one torch thread."""
     import torch
 
     threads = torch.get_num_threads()

@@ -10,14 +10,15 @@ holds these *working* pixels, ``scale`` (source pixels per working pixel along e
 metadata of the full image (its rows and columns); thumbnails and the encoders' preprocessing
 start from it.
 
-``reduced_codec=True`` goes further where the codec itself can stop early: JPEG (DICOM JPEG
+``codec="reduced"`` goes further where the codec itself can stop early: JPEG (DICOM JPEG
 Baseline and JPEG files) decodes at 1/2, 1/4 or 1/8 size by DCT scaling (Pillow's ``draft``), JPEG
 2000 at a lower wavelet resolution level. The full stored values are then never produced, so the
 image's identity is a hash of its compressed pixel data (``encoded_sha256``): another encoding of
 the same pixels counts as other pixels, and a search upload of the same file (read in full) is not
 recognised as an archived copy. An archive is therefore ingested consistently with or without it.
 Every other syntax (native, RLE, JPEG Lossless, JPEG-LS), and any stream the reduced decoder
-refuses, takes the full decode.
+refuses, takes the full decode. ``codec="gpu"`` decodes JPEG with nvJPEG on the GPU instead
+(``chexretrieve.dicom.gpu_jpeg``; the same identity rule).
 """
 
 from __future__ import annotations
@@ -96,30 +97,41 @@ def encoded_sha256(data: bytes, kind: str) -> str:
     return digest.hexdigest()
 
 
+#: how the codec runs: every value at full size, at reduced size in the codec, or nvJPEG on the GPU
+CODECS = ("full", "reduced", "gpu")
+
+
 def read_working_radiograph(
     path: str | os.PathLike[str],
     config: ReadConfig | None = None,
     *,
     working_side: int,
-    reduced_codec: bool = False,
+    codec: str = "full",
 ) -> Radiograph:
     """The radiograph at working resolution (see the module docstring); RejectedFile as
-    ``read_radiograph`` for anything unreadable. ``working_side`` 0 keeps the full resolution."""
+    ``read_radiograph`` for anything unreadable. ``working_side`` 0 keeps the full resolution.
+    ``codec``: "full", "reduced" (JPEG, JPEG 2000 at reduced size) or "gpu" (JPEG by nvJPEG,
+    chexretrieve.dicom.gpu_jpeg); the last two identify those images by their compressed data."""
+    if codec not in CODECS:
+        raise ValueError(f"codec {codec!r} is not one of {', '.join(CODECS)}")
     config = config or ReadConfig()
     return _guarded(
-        Path(path), lambda p, notes: _read_working(p, config, notes, working_side, reduced_codec)
+        Path(path), lambda p, notes: _read_working(p, config, notes, working_side, codec)
     )
 
 
 def _read_working(
-    path: Path, config: ReadConfig, notes: list[str], working_side: int, reduced_codec: bool
+    path: Path, config: ReadConfig, notes: list[str], working_side: int, codec: str
 ) -> Radiograph:
     found, _ = _open_checked(path, config)
     if found != "dicom":
-        return _read_image_working(path, found, config, notes, working_side, reduced_codec)
+        return _read_image_working(path, found, config, notes, working_side, codec)
     ds, metadata, module = _validated_header(path, config, notes, header_only=False)
-    if reduced_codec and module.transfer_syntax in (_JPEG_SYNTAXES | _J2K_SYNTAXES):
-        reduced = _reduced_dicom(ds, module, working_side, notes)
+    syntax = module.transfer_syntax
+    if (codec == "reduced" and syntax in (_JPEG_SYNTAXES | _J2K_SYNTAXES)) or (
+        codec == "gpu" and syntax in _JPEG_SYNTAXES
+    ):
+        reduced = _reduced_dicom(ds, module, working_side, notes, codec)
         if reduced is not None:
             stored, scale, digest = reduced
             pixels = display_pixels(stored, ds, module, config, notes)
@@ -134,29 +146,52 @@ def _read_working(
 
 
 def _read_image_working(
-    path: Path,
-    found: str,
-    config: ReadConfig,
-    notes: list[str],
-    working_side: int,
-    reduced_codec: bool,
+    path: Path, found: str, config: ReadConfig, notes: list[str], working_side: int, codec: str
 ) -> Radiograph:
-    if reduced_codec and found == "jpeg":
-        stored, full_shape, dct_scale = read_image_file(
+    gpu = _gpu_jpeg_file(path, config, notes, working_side) if codec == "gpu" else None
+    if gpu is not None:
+        stored, full_shape, codec_scale = gpu
+        digest = encoded_sha256(path.read_bytes(), "jpeg-file")
+    elif codec == "reduced" and found == "jpeg":
+        stored, full_shape, codec_scale = read_image_file(
             path, found, config, notes, draft_side=working_side
         )
         digest = encoded_sha256(path.read_bytes(), "jpeg-file")
     else:
         stored = read_image_file(path, found, config, notes)
-        full_shape, dct_scale = stored.shape, 1
+        full_shape, codec_scale = stored.shape, 1
         digest = pixel_sha256(stored)
     scale = working_scale(*full_shape, working_side)
-    extra = max(1, scale // dct_scale)
+    extra = max(1, scale // codec_scale)
     pixels = image_display_pixels(box_reduce(stored, extra))
     metadata = image_metadata(uid_from_sha256(digest), full_shape, found)
     return Radiograph(
-        pixels=pixels, metadata=metadata, pixel_sha256=digest, scale=dct_scale * extra
+        pixels=pixels, metadata=metadata, pixel_sha256=digest, scale=codec_scale * extra
     )
+
+
+def _gpu_jpeg_file(
+    path: Path, config: ReadConfig, notes: list[str], working_side: int
+) -> tuple[np.ndarray, tuple[int, int], int] | None:
+    """(values, full shape, scale) of a greyscale JPEG file decoded by nvJPEG; None to read it on
+    the CPU (another format or mode, over the size cap, or nvJPEG refused it)."""
+    from chexretrieve.dicom.gpu_jpeg import decode_jpeg_on_gpu
+
+    try:
+        with Image.open(path) as image:
+            if image.format != "JPEG" or image.mode != "L":
+                return None
+            columns, rows = image.size
+    except Exception:  # noqa: BLE001 - the CPU reader gives the reason
+        return None
+    if rows * columns > config.max_pixels:
+        return None
+    scale = working_scale(rows, columns, working_side)
+    try:
+        return decode_jpeg_on_gpu(path.read_bytes(), scale), (rows, columns), scale
+    except Exception as exc:  # noqa: BLE001 - a stream nvJPEG refuses: the CPU decides
+        notes.append(f"GPU JPEG decode not used ({type(exc).__name__}: {exc})")
+        return None
 
 
 # ------------------------------------------------------------------------- reduced codec decoding
@@ -171,22 +206,28 @@ def _single_frame(ds: Dataset) -> bytes:
 
 
 def _reduced_dicom(
-    ds: Dataset, module: PixelModule, working_side: int, notes: list[str]
+    ds: Dataset, module: PixelModule, working_side: int, notes: list[str], codec: str
 ) -> tuple[np.ndarray, int, str] | None:
     """(stored values at reduced size, scale, identity) or None to take the full decode."""
     scale = working_scale(module.rows, module.columns, working_side)
-    if scale < 2 or module.pixel_representation != 0 or module.bits_stored > 16:
-        return None  # nothing to gain, or signed values Pillow would read unsigned
+    if (scale < 2 and codec == "reduced") or module.pixel_representation != 0:
+        return None  # nothing to gain, or signed values the decoders would read unsigned
+    if module.bits_stored > 16 or (codec == "gpu" and module.bits_allocated != 8):
+        return None
     try:
         frame = _single_frame(ds)
-        if module.transfer_syntax in _JPEG_SYNTAXES:
+        if codec == "gpu":
+            from chexretrieve.dicom.gpu_jpeg import decode_jpeg_on_gpu
+
+            decoded, codec_scale = decode_jpeg_on_gpu(frame, scale), scale
+        elif module.transfer_syntax in _JPEG_SYNTAXES:
             decoded, codec_scale = _jpeg_reduced(frame, scale)
         else:
             decoded, codec_scale = _j2k_reduced(frame, scale)
     except RejectedFile:
         raise
     except Exception as exc:  # noqa: BLE001 - any refusal: the full decode decides
-        notes.append(f"reduced decode not used ({type(exc).__name__}: {exc})")
+        notes.append(f"{codec} decode not used ({type(exc).__name__}: {exc})")
         return None
     expected = (-(-module.rows // codec_scale), -(-module.columns // codec_scale))
     if decoded.shape != expected:

@@ -360,6 +360,13 @@ def ingest_paths(
     ``only``: ingest just these of the files found (a shard of a distributed run; the folder
     arguments still decide label matching)."""
     config = config or IngestConfig()
+    if config.gpu_jpeg:  # said before any work, in one line
+        from chexretrieve.dicom.gpu_jpeg import GpuJpegUnavailable, check_gpu_jpeg
+
+        try:
+            check_gpu_jpeg()
+        except GpuJpegUnavailable as exc:
+            raise ValueError(str(exc)) from exc
     read_config = read_config if read_config is not None else default_read_config()
     discovery = discover_files(list(paths), config)
     candidates = discovery.candidates

@@ -7,7 +7,8 @@
    fraction whose long side still covers what the encoder's preprocessing and the thumbnail need
    (``working_side``); the display transform runs on that small image. With
    ``IngestConfig.reduced_decode`` JPEG and JPEG 2000 decode at reduced size in the codec itself
-   (see ``chexretrieve.dicom.working`` for what that changes about identity);
+   (see ``chexretrieve.dicom.working`` for what that changes about identity), and with
+   ``IngestConfig.gpu_jpeg`` JPEG decodes on the GPU (nvJPEG) in each worker;
 2. ``ThumbnailReader`` renders the stored thumbnail from the working pixels;
 3. ``PreprocessingReader`` turns them into the encoder's model input (its ``from_working``), so
    a few hundred kB cross to the main process, which only runs the model.
@@ -35,7 +36,7 @@ class WorkingReader:
     """Reads a radiograph at working resolution (picklable: it runs in the decoding workers)."""
 
     working_side: int  # smallest long side kept (0: full resolution)
-    reduced_codec: bool  # JPEG / JPEG 2000 decode at reduced size (chexretrieve.dicom.working)
+    codec: str  # "full", "reduced" (JPEG / JPEG 2000 at reduced size) or "gpu" (nvJPEG)
 
     def __call__(self, path: str, read_config: Any) -> Any:
         from chexretrieve.dicom.working import read_working_radiograph
@@ -44,7 +45,7 @@ class WorkingReader:
             path,
             read_config,
             working_side=self.working_side,
-            reduced_codec=self.reduced_codec,
+            codec=self.codec,
         )
 
 
@@ -64,7 +65,7 @@ def ingest_reader(config: IngestConfig, preprocess: Any, base: Any = None) -> An
     resolution in place of the working reader."""
     if base is None:
         side = working_side_for(config, preprocess)
-        reader: Any = WorkingReader(side, config.reduced_decode and side > 0)
+        reader: Any = WorkingReader(side, config.codec)
     else:
         reader = base
     if config.thumbnail_px > 0:  # rendered from the display pixels, before any preprocessing

@@ -116,7 +116,7 @@ def test_the_full_resolution_is_read_when_no_working_side_is_given(rg1_files):
 def test_reduced_codec_decode_is_full_decode_then_reduce(rg1_files, syntax):
     path = rg1_files[syntax]
     full = read_radiograph(path)
-    reduced = read_working_radiograph(path, working_side=SIDE, reduced_codec=True)
+    reduced = read_working_radiograph(path, working_side=SIDE, codec="reduced")
     assert reduced.scale == 4, reduced.warnings  # the codec itself stopped at 1/4
     assert not any("reduced decode" in note for note in reduced.warnings)
     reference = naive_block_mean(full.pixels.astype(np.float64), 4)
@@ -125,14 +125,14 @@ def test_reduced_codec_decode_is_full_decode_then_reduce(rg1_files, syntax):
     assert difference.mean() <= REDUCED_MEAN, difference.mean()
     assert np.percentile(difference, 99) <= REDUCED_P99, np.percentile(difference, 99)
     # identity from the compressed data: stable, and not the full image's pixel hash
-    again = read_working_radiograph(path, working_side=SIDE, reduced_codec=True)
+    again = read_working_radiograph(path, working_side=SIDE, codec="reduced")
     assert again.pixel_sha256 == reduced.pixel_sha256 != full.pixel_sha256
 
 
 @pytest.mark.parametrize("syntax", ["native", "rle", "jpeg-lossless", "monochrome1-rle"])
 def test_reduced_codec_leaves_other_syntaxes_to_the_full_decode(rg1_files, syntax):
     path = rg1_files[syntax]
-    reduced = read_working_radiograph(path, working_side=SIDE, reduced_codec=True)
+    reduced = read_working_radiograph(path, working_side=SIDE, codec="reduced")
     working = read_working_radiograph(path, working_side=SIDE)
     assert reduced.pixel_sha256 == working.pixel_sha256 == read_radiograph(path).pixel_sha256
     np.testing.assert_array_equal(reduced.pixels, working.pixels)

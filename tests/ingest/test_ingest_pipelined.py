@@ -1,6 +1,6 @@
-"""The pipelined ingest (decoding workers, working resolution, the encoder on its own thread, batches
-in flight) stores exactly what a one-file-at-a-time ingest stores: the same images, pixel hashes,
-thumbnails and, in float32, the same embeddings bit for bit.
+"""The pipelined ingest (decoding workers, working resolution, the encoder on its own thread,
+batches in flight) stores exactly what a one-file-at-a-time ingest stores: the same images, pixel
+hashes, thumbnails and, in float32, the same embeddings bit for bit.
 
 The one-at-a-time reference decodes each file in the main process, one after the other, and runs
 each batch through the encoder and into the store before the next file is read
