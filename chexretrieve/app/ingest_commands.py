@@ -18,6 +18,10 @@ import typer
 EXIT_STRICT = 1
 EXIT_FATAL = 2
 EXIT_INTERRUPTED = 130
+REDUCED_DECODE_HELP = (
+    "Decode JPEG and JPEG 2000 at reduced size (faster; such images are then identified by their "
+    "compressed data, see docs/ingest.md)."
+)
 
 
 def ingest_command(
@@ -75,10 +79,7 @@ def ingest_command(
     ),
     device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:N."),
     reduced_decode: bool = typer.Option(
-        False,
-        "--reduced-decode",
-        help="Decode JPEG and JPEG 2000 at reduced size (faster; such images are then identified "
-        "by their compressed data, see docs/ingest.md).",
+        False, "--reduced-decode/--full-decode", help=REDUCED_DECODE_HELP
     ),
     gpu_jpeg: bool = typer.Option(
         False, "--gpu-jpeg", help="Decode JPEG with nvJPEG on the GPU (CUDA and torchvision)."
