@@ -210,9 +210,11 @@ def _decode_encapsulated(
     for plugin in _plugin_order(available, config.decoding_plugins, syntax):
         try:
             return pixel_array(ds, raw=True, decoding_plugin=plugin)
-        except RecursionError:
+        except (RecursionError, KeyboardInterrupt, SystemExit, GeneratorExit):
             raise
-        except Exception as exc:  # noqa: BLE001 - each plugin fails in its own way
+        # each plugin fails in its own way; a Rust codec (pylibjpeg-rle) panics on corrupt data with
+        # pyo3's PanicException, a BaseException
+        except BaseException as exc:  # noqa: BLE001
             failures.append(f"{plugin}: {type(exc).__name__}: {_first_line(exc)}")
     hint = _GPL_HINT if twelve_bit_jpeg else "the compressed stream is corrupt or unsupported"
     raise RejectedFile(
