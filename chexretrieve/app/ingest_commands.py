@@ -18,6 +18,10 @@ import typer
 EXIT_STRICT = 1
 EXIT_FATAL = 2
 EXIT_INTERRUPTED = 130
+REDUCED_DECODE_HELP = (
+    "Decode JPEG and JPEG 2000 at reduced size (faster; such images are then identified by their "
+    "compressed data, see docs/ingest.md)."
+)
 
 
 def ingest_command(
@@ -74,6 +78,12 @@ def ingest_command(
         [], "--modality", help="Admit this DICOM modality (repeatable; default CR and DX)."
     ),
     device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:N."),
+    reduced_decode: bool = typer.Option(
+        False, "--reduced-decode/--full-decode", help=REDUCED_DECODE_HELP
+    ),
+    gpu_jpeg: bool = typer.Option(
+        False, "--gpu-jpeg", help="Decode JPEG with nvJPEG on the GPU (CUDA and torchvision)."
+    ),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
     executor: str = typer.Option(
         "local", "--executor", help="Where decoding and embedding run: local or ray (a cluster)."
@@ -159,6 +169,7 @@ def ingest_command(
             thumbnail_px=thumbnail_px,
             fit_density=fit_density,
             index=index,
+            decoding={"reduced_decode": reduced_decode, "gpu_jpeg": gpu_jpeg},
         )
     except KeyboardInterrupt:
         console.print("[red]interrupted[/red]: committed batches are kept; run again to resume")
@@ -214,7 +225,8 @@ def _update_index(console, db, encoder_spec: str, device: str, show_progress: bo
 def _run(console, *, paths, db, encoder_spec, labels_paths, workers, batch_size, report_path,  # noqa: ANN001
          strict, split, file_timeout, modalities, device, show_progress,  # noqa: ANN001
          executor="local", thumbnail_px=256, dataset="auto", mimic_labels="chexpert",  # noqa: ANN001
-         report_csvs=(), fit_density=False, index=True) -> int:  # noqa: ANN001  # fmt: skip
+         report_csvs=(), fit_density=False, index=True,  # noqa: ANN001
+         decoding=None) -> int:  # noqa: ANN001  # fmt: skip
     from chexretrieve.app.dataset_ingest import (
         label_sources,
         store_reports,
@@ -234,6 +246,7 @@ def _run(console, *, paths, db, encoder_spec, labels_paths, workers, batch_size,
             strict=strict,
             split=split,
             thumbnail_px=thumbnail_px,
+            **(decoding or {}),
         )
         read_config = _read_config(modalities)
         for path in paths:

@@ -15,11 +15,18 @@ _PILLOW_FORMAT = {"png": "PNG", "jpeg": "JPEG"}
 
 
 def read_image_file(
-    path: Path, source_format: str, config: ReadConfig, notes: list[str]
-) -> np.ndarray:
+    path: Path,
+    source_format: str,
+    config: ReadConfig,
+    notes: list[str],
+    *,
+    draft_side: int | None = None,
+):  # noqa: ANN201 - an array, or (array, full shape, DCT scale) with draft_side
     """The greyscale stored values of a PNG/JPEG file: uint8 or uint16, shape (rows, columns).
 
-    Image size is checked against ``config.max_pixels`` before the pixels are decoded.
+    Image size is checked against ``config.max_pixels`` before the pixels are decoded. With
+    ``draft_side`` a JPEG decodes at the smallest DCT scale (1/2, 1/4, 1/8) that keeps the long side
+    at least ``draft_side``, and the result is (values, full (rows, columns), scale).
     """
     try:
         with warnings.catch_warnings():
@@ -43,6 +50,12 @@ def read_image_file(
                 f"the image is {rows} x {columns} = {rows * columns:,} pixels, over "
                 f"ReadConfig.max_pixels = {config.max_pixels:,}; raise the cap if it is genuine",
             )
+        scale = 1
+        if draft_side is not None:
+            factor = max(1, max(rows, columns) // max(1, draft_side))
+            if source_format == "jpeg" and factor > 1:
+                image.draft(image.mode, (-(-columns // factor), -(-rows // factor)))
+                scale = max(1, round(columns / image.size[0]))
         try:
             image.load()
         except OSError as exc:
@@ -50,7 +63,8 @@ def read_image_file(
             raise RejectedFile(
                 reason, f"the {source_format.upper()} data did not decode ({exc})"
             ) from exc
-        return _greyscale_array(image, config, notes)
+        values = _greyscale_array(image, config, notes)
+        return values if draft_side is None else (values, (rows, columns), scale)
 
 
 def _greyscale_array(image: Image.Image, config: ReadConfig, notes: list[str]) -> np.ndarray:

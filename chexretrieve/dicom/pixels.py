@@ -151,7 +151,22 @@ def check_pixel_budget(module: PixelModule, data_length: int | None, config: Rea
             )
 
 
-def _plugin_order(available: tuple[str, ...], preferred: tuple[str, ...]) -> list[str]:
+#: the fastest decoder of each syntax here, tried first when ReadConfig.decoding_plugins is empty
+#: (benchmarks/decode_stages.py, RG1 at 1955 x 1841): Pillow's libjpeg-turbo gives the same values
+#: as gdcm for JPEG Baseline in a seventh of the time, pylibjpeg-rle decodes RLE 7x faster than
+#: pydicom's own decoder, openjpeg through pylibjpeg beats gdcm slightly; all are lossless or agree
+FASTEST_PLUGINS = {
+    dicom_uid.JPEGBaseline8Bit: ("pillow",),
+    dicom_uid.RLELossless: ("pylibjpeg",),
+    dicom_uid.JPEG2000Lossless: ("pylibjpeg",),
+    dicom_uid.JPEG2000: ("pylibjpeg",),
+}
+
+
+def _plugin_order(
+    available: tuple[str, ...], preferred: tuple[str, ...], syntax: dicom_uid.UID | None = None
+) -> list[str]:
+    preferred = preferred or FASTEST_PLUGINS.get(syntax, ())
     first = [name for name in preferred if name in available]
     return first + [name for name in available if name not in first]
 
@@ -192,12 +207,14 @@ def _decode_encapsulated(
         hint = _GPL_HINT if twelve_bit_jpeg else "install a pylibjpeg or gdcm plugin for it"
         raise RejectedFile("decode-error", f"no decoder for {syntax.name} is installed; {hint}")
     failures = []
-    for plugin in _plugin_order(available, config.decoding_plugins):
+    for plugin in _plugin_order(available, config.decoding_plugins, syntax):
         try:
             return pixel_array(ds, raw=True, decoding_plugin=plugin)
-        except RecursionError:
+        except (RecursionError, KeyboardInterrupt, SystemExit, GeneratorExit):
             raise
-        except Exception as exc:  # noqa: BLE001 - each plugin fails in its own way
+        # each plugin fails in its own way; a Rust codec (pylibjpeg-rle) panics on corrupt data with
+        # pyo3's PanicException, a BaseException
+        except BaseException as exc:  # noqa: BLE001
             failures.append(f"{plugin}: {type(exc).__name__}: {_first_line(exc)}")
     hint = _GPL_HINT if twelve_bit_jpeg else "the compressed stream is corrupt or unsupported"
     raise RejectedFile(
@@ -265,25 +282,43 @@ def _check_rescale(ds: Dataset, notes: list[str]) -> None:
 
 
 def display_pixels(
-    stored: np.ndarray, ds: Dataset, module: PixelModule, config: ReadConfig, notes: list[str]
+    stored: np.ndarray,
+    ds: Dataset,
+    module: PixelModule,
+    config: ReadConfig,
+    notes: list[str],
+    *,
+    full: np.ndarray | None = None,
 ) -> np.ndarray:
     """Display values in [0, 1], 0 = black: modality LUT, VOI LUT or window, MONOCHROME1 inverted.
 
     Without a usable VOI LUT or window the modality values are scaled by their own min and max.
     For 8- and 16-bit stored values pydicom's functions run once over every possible stored value
     and the image is a lookup into that table: the same numbers, ~10x faster on a 3.6 MP CR.
+    ``full``: the full-resolution stored values when ``stored`` is a reduced copy of them; the
+    values that occur (the min-max fallback) are then read from it, so both get the same scale.
     """
     _check_rescale(ds, notes)
+    source = stored if full is None else full
     if stored.dtype.itemsize > 2:
-        return _display_values(stored, None, ds, module, config, notes)
+        if full is None:
+            return _display_values(stored, None, ds, module, config, notes)
+        values = np.concatenate([stored.ravel(), [source.min(), source.max()]])
+        return _display_values(values, None, ds, module, config, notes)[:-2].reshape(stored.shape)
     info = np.iinfo(stored.dtype)
+    if "ModalityLUTSequence" not in ds:
+        # a linear rescale is monotonic: the table over the range between the image's extremes
+        # gives the same min/max fallback, and is 16x smaller than the whole domain for 12 bits
+        low, high = int(source.min()), int(source.max())
+        domain = np.arange(low, high + 1, dtype=np.int64).astype(stored.dtype)
+        table = _display_values(domain, None, ds, module, config, notes)
+        return table[stored.astype(np.int32) - low] if low else table[stored]
+    # maybe not monotonic: the whole domain, with exactly the values that occur marked
     domain = np.arange(int(info.min), int(info.max) + 1, dtype=np.int64).astype(stored.dtype)
-    index = stored if info.min == 0 else stored.astype(np.int32) - int(info.min)
-    if "ModalityLUTSequence" in ds:  # maybe not monotonic: mark exactly the values that occur
-        present = np.bincount(index.ravel(), minlength=domain.size) > 0
-    else:  # a linear rescale is monotonic: the range between the extremes gives the same min/max
-        present = np.zeros(domain.size, dtype=bool)
-        present[int(index.min()) : int(index.max()) + 1] = True
+    offset = int(info.min)
+    index = stored if offset == 0 else stored.astype(np.int32) - offset
+    occurring = source if offset == 0 else source.astype(np.int32) - offset
+    present = np.bincount(occurring.ravel(), minlength=domain.size) > 0
     table = _display_values(domain, present, ds, module, config, notes)
     return table[index]
 

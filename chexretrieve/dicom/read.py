@@ -7,6 +7,7 @@ ingest run survives whatever an archive holds.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import struct
 import warnings
@@ -86,6 +87,9 @@ class Radiograph:
     warnings: tuple[str, ...] = ()  # what was tolerated while reading (at most 20 notes)
     # a small 8-bit PNG of the default display (chexretrieve.dicom.thumbnails), set by ingest
     thumbnail_png: bytes | None = None
+    # source pixels per pixel of ``pixels`` along each side: 1 = full resolution; ingest reads at a
+    # working resolution (chexretrieve.dicom.working) and the metadata keeps the full rows/columns
+    scale: int = 1
 
 
 # ---------------------------------------------------------------------------------- public API
@@ -153,7 +157,7 @@ def _guarded(path: Path, work):
     if isinstance(result, Radiograph):
         notes.extend(str(w.message) for w in caught)
         unique = tuple(dict.fromkeys(n.splitlines()[0] for n in notes if n))[:_MAX_NOTES]
-        result = Radiograph(result.pixels, result.metadata, result.pixel_sha256, unique)
+        result = dataclasses.replace(result, warnings=unique)
     return result
 
 
@@ -456,9 +460,14 @@ def _read(path: Path, config: ReadConfig, notes: list[str]) -> Radiograph:
 def _read_image(path: Path, found: str, config: ReadConfig, notes: list[str]) -> Radiograph:
     stored = read_image_file(path, found, config, notes)
     digest = pixel_sha256(stored)
-    uid = uid_from_sha256(digest)
-    rows, columns = stored.shape
-    metadata = RadiographMetadata(
+    metadata = image_metadata(uid_from_sha256(digest), stored.shape, found)
+    return Radiograph(pixels=image_display_pixels(stored), metadata=metadata, pixel_sha256=digest)
+
+
+def image_metadata(uid: str, shape: tuple[int, int], found: str) -> RadiographMetadata:
+    """The metadata of a PNG or JPEG file: one derived UID for study, series and image."""
+    rows, columns = shape
+    return RadiographMetadata(
         study_uid=uid,
         series_uid=uid,
         sop_uid=uid,
@@ -477,4 +486,3 @@ def _read_image(path: Path, found: str, config: ReadConfig, notes: list[str]) ->
         transfer_syntax=None,
         source_format=found,
     )
-    return Radiograph(pixels=image_display_pixels(stored), metadata=metadata, pixel_sha256=digest)

@@ -33,6 +33,7 @@ from chexretrieve.encoders.base import (
     embed_through_preprocessor,
     unit_rows,
 )
+from chexretrieve.encoders.batching import embed_stack, image_batch_size
 from chexretrieve.encoders.checkpoint import load_matching_state_dict, read_checkpoint
 from chexretrieve.encoders.clip_architecture import (
     METADATA_KEYS,
@@ -51,7 +52,18 @@ PIXEL_MEAN = 101.48761
 PIXEL_STD = 83.43944
 
 
-def pad_to_square(image: np.ndarray, side: int = PAD_SIDE) -> np.ndarray:
+#: Lanczos from a box-reduced image to CheXzero's canvas starts from at least this many times the
+#: canvas side (Pillow's "reducing gap"; tests/encoders/test_encoders_working.py bounds the error)
+WORKING_GAP = 1.5
+
+
+def pad_to_square(
+    image: np.ndarray,
+    side: int = PAD_SIDE,
+    *,
+    source_shape: tuple[int, int] | None = None,
+    scale: int = 1,
+) -> np.ndarray:
     """8-bit ``side`` x ``side`` canvas: long side resized to about ``side`` (Lanczos), centred on
     zeros.
 
@@ -59,12 +71,20 @@ def pad_to_square(image: np.ndarray, side: int = PAD_SIDE) -> np.ndarray:
     exactly as CheXzero's ``preprocess`` computes it, so the long side is sometimes ``side - 1``
     (319 for 581, 1077 or 2139 pixels); a side that would become 0 is kept at 1 (CheXzero fails
     there). The image sits at offset ((side - width) // 2, (side - height) // 2).
+
+    ``source_shape`` and ``scale``: ``image`` was box-reduced ``scale`` times from an image of
+    ``source_shape`` (ingest's working resolution); the sizes follow the source, and the Lanczos
+    filter maps exactly the source's extent (Pillow's reducing-gap resize), within
+    tests/encoders/test_encoders_working.py's tolerance of the full-resolution canvas.
     """
-    height, width = image.shape
+    height, width = image.shape if source_shape is None else source_shape
     ratio = float(side) / max(height, width)
     new_height = max(1, int(height * ratio))
     new_width = max(1, int(width * ratio))
-    resized = Image.fromarray(image).resize((new_width, new_height), Image.Resampling.LANCZOS)
+    box = None if scale == 1 else (0.0, 0.0, width / scale, height / scale)
+    resized = Image.fromarray(image).resize(
+        (new_width, new_height), Image.Resampling.LANCZOS, box=box
+    )
     square = np.zeros((side, side), dtype=np.uint8)
     top, left = (side - new_height) // 2, (side - new_width) // 2
     square[top : top + new_height, left : left + new_width] = np.asarray(resized)
@@ -77,9 +97,15 @@ def preprocess_chexzero(image: np.ndarray, resolution: int = 224) -> torch.Tenso
     return _preprocess_checked(image, resolution)
 
 
-def _preprocess_checked(image: np.ndarray, resolution: int) -> torch.Tensor:
+def _preprocess_checked(
+    image: np.ndarray,
+    resolution: int,
+    source_shape: tuple[int, int] | None = None,
+    scale: int = 1,
+) -> torch.Tensor:
     grey = np.rint(image * 255.0).astype(np.uint8)
-    square = torch.from_numpy(pad_to_square(grey).astype(np.float32))
+    canvas = pad_to_square(grey, source_shape=source_shape, scale=scale)
+    square = torch.from_numpy(canvas.astype(np.float32))
     normalised = (square - PIXEL_MEAN) / PIXEL_STD
     resized = F.interpolate(
         normalised[None, None],
@@ -103,6 +129,18 @@ class ChexzeroPreprocess:
     def checked(self, image: np.ndarray) -> np.ndarray:
         """The same for an image already checked by ``check_greyscale_images``."""
         return _preprocess_checked(image, self.resolution).numpy()
+
+    @property
+    def working_side(self) -> int:
+        """Long side an image may be box-reduced to before this preprocessing (ingest)."""
+        return math.ceil(WORKING_GAP * PAD_SIDE)
+
+    def from_working(
+        self, image: np.ndarray, source_shape: tuple[int, int], scale: int
+    ) -> np.ndarray:
+        """The model input of an image box-reduced ``scale`` times from ``source_shape``."""
+        (image,) = check_greyscale_images([image])
+        return _preprocess_checked(image, self.resolution, tuple(source_shape), scale).numpy()
 
 
 class ChexzeroEncoder:
@@ -151,13 +189,16 @@ class ChexzeroEncoder:
             raise ValueError(
                 f"preprocessed inputs have shape {inputs.shape}, not (n, 3, {side}, {side})"
             )
-        out = np.zeros((len(inputs), self.embed_dim), dtype=np.float32)
-        for start in range(0, len(inputs), self.batch_size):
-            pixels = torch.from_numpy(inputs[start : start + self.batch_size]).to(self.device)
-            with inference_context(self.device, self.config.use_autocast):
-                features = self.model.encode_image(pixels)
-            out[start : start + len(pixels)] = unit_rows(features.float().cpu().numpy())
-        return out
+        model = self.model.encode_image
+        return embed_stack(
+            model,
+            inputs,
+            self.device,
+            image_batch_size(self, model, inputs.shape[1:]),
+            self.config.use_autocast,
+            self.config.autocast_dtype,
+            self.embed_dim,
+        )
 
     def embed_texts(self, texts: Sequence[str]) -> np.ndarray:
         texts = check_texts(texts)
@@ -173,7 +214,9 @@ class ChexzeroEncoder:
         for start in range(0, len(texts), self.batch_size):
             chunk = texts[start : start + self.batch_size]
             ids, ends = self.tokenizer.encode_batch(chunk, max_tokens)
-            with inference_context(self.device, self.config.use_autocast):
+            with inference_context(
+                self.device, self.config.use_autocast, self.config.autocast_dtype
+            ):
                 features = self.model.encode_text(
                     torch.from_numpy(ids).to(self.device), torch.from_numpy(ends).to(self.device)
                 )

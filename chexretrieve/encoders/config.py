@@ -12,8 +12,11 @@ class EncoderConfig:
     device: str = "auto"
     # images or sentences per forward pass; None picks one for the device (64 on CUDA, 16 on CPU)
     batch_size: int | None = None
-    # run the forward pass under torch.autocast (float16) on CUDA; ignored on CPU
+    # run the forward pass under torch.autocast on CUDA (mixed precision); ignored on CPU
     use_autocast: bool = True
+    # the autocast precision on CUDA: "float16" or "bfloat16" (benchmarks/gpu_check.sh measures
+    # each one's per-image cosine to float32)
+    autocast_dtype: str = "float16"
     # CheXzero's BPE tokenizer: an OpenAI bpe_simple_vocab_16e6.txt.gz file or a folder holding a
     # Hugging Face CLIP tokenizer (vocab.json + merges.txt); a spec's ?tokenizer= comes first, then
     # this, then $CHEXRETRIEVE_TOKENIZER, then the file beside the checkpoint (registry.
@@ -23,6 +26,11 @@ class EncoderConfig:
     max_text_tokens: int = 77
 
     def __post_init__(self) -> None:
+        if self.autocast_dtype not in ("float16", "bfloat16"):
+            raise ValueError(
+                f"EncoderConfig.autocast_dtype must be 'float16' or 'bfloat16', got "
+                f"{self.autocast_dtype!r}"
+            )
         if self.batch_size is not None and self.batch_size < 1:
             raise ValueError(
                 f"EncoderConfig.batch_size must be at least 1 (got {self.batch_size}); "

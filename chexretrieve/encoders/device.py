@@ -50,12 +50,19 @@ def resolve_batch_size(batch_size: int | None, device: torch.device) -> int:
     return DEFAULT_BATCH_SIZE.get(device.type, DEFAULT_BATCH_SIZE["cpu"])
 
 
+#: the autocast precisions EncoderConfig.autocast_dtype names
+AUTOCAST_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
 @contextlib.contextmanager
-def inference_context(device: torch.device, use_autocast: bool) -> Iterator[None]:
-    """``torch.inference_mode()``, plus float16 autocast on CUDA when ``use_autocast``."""
+def inference_context(
+    device: torch.device, use_autocast: bool, autocast_dtype: str = "float16"
+) -> Iterator[None]:
+    """``torch.inference_mode()``, plus float16 (or bfloat16) autocast on CUDA when
+    ``use_autocast``; the CPU always computes in float32."""
     with torch.inference_mode():
         if device.type == "cuda" and use_autocast:
-            with torch.autocast(device_type="cuda", dtype=torch.float16):
+            with torch.autocast(device_type="cuda", dtype=AUTOCAST_DTYPES[autocast_dtype]):
                 yield
         else:
             yield

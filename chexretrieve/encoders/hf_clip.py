@@ -128,7 +128,9 @@ class HuggingFaceClipEncoder:
             # pixel_values, and for SigLIP 2 also pixel_attention_mask and spatial_shapes
             inputs = self.image_processor(images=chunk, return_tensors="pt")
             inputs = {name: value.to(self.device) for name, value in inputs.items()}
-            with inference_context(self.device, self.config.use_autocast):
+            with inference_context(
+                self.device, self.config.use_autocast, self.config.autocast_dtype
+            ):
                 features = _pooled(self.model.get_image_features(**inputs))
             out[start : start + len(chunk)] = unit_rows(features.float().cpu().numpy())
         return out
@@ -148,7 +150,9 @@ class HuggingFaceClipEncoder:
             # SigLIP was trained on max_length padding without a mask: passing one changes results
             names = ("input_ids",) if self.sigmoid_family else ("input_ids", "attention_mask")
             inputs = {name: tokens[name].to(self.device) for name in names if name in tokens}
-            with inference_context(self.device, self.config.use_autocast):
+            with inference_context(
+                self.device, self.config.use_autocast, self.config.autocast_dtype
+            ):
                 features = _pooled(self.model.get_text_features(**inputs))
             out[start : start + len(chunk)] = unit_rows(features.float().cpu().numpy())
         return out

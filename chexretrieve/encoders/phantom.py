@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from PIL import Image
 
 from chexretrieve.encoders.base import (
     check_greyscale_images,
@@ -27,6 +28,7 @@ from chexretrieve.encoders.base import (
     embed_through_preprocessor,
     unit_rows,
 )
+from chexretrieve.encoders.batching import embed_stack, image_batch_size
 from chexretrieve.encoders.checkpoint import SHORT_HASH_LENGTH
 from chexretrieve.encoders.config import EncoderConfig
 from chexretrieve.encoders.device import inference_context, resolve_batch_size, select_device
@@ -73,6 +75,35 @@ class PhantomPreprocess:
         """The same for an image already checked by ``check_greyscale_images``."""
         batch = images_to_tensor([image], self.size, self.pixel_mean, self.pixel_std)
         return batch[0].numpy()
+
+    @property
+    def working_side(self) -> int:
+        """Long side an image may be box-reduced to before this preprocessing (ingest): four
+        working pixels or more under each output pixel."""
+        return 4 * self.size
+
+    def from_working(
+        self, image: np.ndarray, source_shape: tuple[int, int], scale: int
+    ) -> np.ndarray:
+        """The model input of an image box-reduced ``scale`` times from ``source_shape``: the
+        geometry of the source, and area-weighted averages over the source's extent (Pillow's box
+        filter with fractional bounds), as ``images_to_tensor`` averages the source pixels."""
+        if scale <= 1:
+            return self(image)
+        (image,) = check_greyscale_images([image])
+        rows, columns = source_shape
+        ratio = self.size / max(rows, columns)
+        new_rows = max(1, min(self.size, round(rows * ratio)))
+        new_columns = max(1, min(self.size, round(columns * ratio)))
+        fitted = Image.fromarray(image, "F").resize(
+            (new_columns, new_rows),
+            Image.Resampling.BOX,
+            box=(0.0, 0.0, columns / scale, rows / scale),
+        )
+        canvas = np.zeros((self.size, self.size), dtype=np.float32)
+        top, left = (self.size - new_rows) // 2, (self.size - new_columns) // 2
+        canvas[top : top + new_rows, left : left + new_columns] = np.asarray(fitted)
+        return ((canvas - np.float32(self.pixel_mean)) / np.float32(self.pixel_std))[None]
 
 
 class PhantomEncoder:
@@ -126,13 +157,15 @@ class PhantomEncoder:
         expected = (1, self.image_size, self.image_size)
         if inputs.ndim != 4 or inputs.shape[1:] != expected:
             raise ValueError(f"preprocessed inputs have shape {inputs.shape}, not (n, *{expected})")
-        out = np.zeros((len(inputs), self.embed_dim), dtype=np.float32)
-        for start in range(0, len(inputs), self.batch_size):
-            pixels = torch.from_numpy(inputs[start : start + self.batch_size]).to(self.device)
-            with inference_context(self.device, self.config.use_autocast):
-                features = self.image_tower(pixels)
-            out[start : start + len(pixels)] = unit_rows(features.float().cpu().numpy())
-        return out
+        return embed_stack(
+            self.image_tower,
+            inputs,
+            self.device,
+            image_batch_size(self, self.image_tower, inputs.shape[1:]),
+            self.config.use_autocast,
+            self.config.autocast_dtype,
+            self.embed_dim,
+        )
 
     def embed_texts(self, texts: Sequence[str]) -> np.ndarray:
         texts = check_texts(texts)
@@ -140,7 +173,7 @@ class PhantomEncoder:
         if not texts:
             return out
         sentences = self.sentence_encoder(texts)
-        with inference_context(self.device, self.config.use_autocast):
+        with inference_context(self.device, self.config.use_autocast, self.config.autocast_dtype):
             features = self.projection(sentences.to(self.device))
         out[:] = unit_rows(features.float().cpu().numpy())
         return out

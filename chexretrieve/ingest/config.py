@@ -43,6 +43,17 @@ class IngestConfig:
     # longest side in pixels of the PNG thumbnail stored with each image (rendered by the decoding
     # workers; the UI shows results from it without reading their files); 0 = no thumbnails
     thumbnail_px: int = 256
+    # decode JPEG and JPEG 2000 at reduced size in the codec (DCT scaling, wavelet levels): 2-4x
+    # faster for them, but such images are identified by a hash of their compressed data instead
+    # of their pixel values (docs/ingest.md); keep one choice per archive
+    reduced_decode: bool = False
+    # decode JPEG (JPEG files, DICOM JPEG Baseline) with nvJPEG on the GPU in each decoding worker
+    # (torchvision.io.decode_jpeg); needs CUDA and torchvision, refused otherwise; identity as with
+    # reduced_decode
+    gpu_jpeg: bool = False
+    # run the encoder on its own thread, overlapping the next batch's decoding and the previous
+    # batch's store write (False: one batch at a time in the main thread, for debugging)
+    overlap_encoder: bool = True
 
     def __post_init__(self) -> None:
         if self.workers < -1:
@@ -57,11 +68,21 @@ class IngestConfig:
             raise ValueError(f"worker_memory_mb must be 0 or positive, got {self.worker_memory_mb}")
         if not 0 <= self.thumbnail_px <= 4096:
             raise ValueError(f"thumbnail_px must be between 0 and 4096, got {self.thumbnail_px}")
+        if self.gpu_jpeg and self.worker_memory_mb:
+            raise ValueError(
+                "gpu_jpeg cannot run under worker_memory_mb: a CUDA context needs more address "
+                "space than such a cap allows"
+            )
         if self.start_method not in ("spawn", "forkserver"):
             raise ValueError(
                 f"start_method {self.start_method!r} is not 'spawn' or 'forkserver' (fork is "
                 "unsafe once torch has started threads)"
             )
+
+    @property
+    def codec(self) -> str:
+        """How the decoding workers run the codec (chexretrieve.dicom.working.CODECS)."""
+        return "gpu" if self.gpu_jpeg else "reduced" if self.reduced_decode else "full"
 
     @property
     def resolved_workers(self) -> int:

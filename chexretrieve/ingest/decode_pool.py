@@ -66,8 +66,14 @@ class PreprocessingReader:
     def __call__(self, path: str, read_config: Any) -> Any:
         radiograph = self.reader(path, read_config)
         _one_torch_thread_per_worker()
+        scale = getattr(radiograph, "scale", 1)
         try:
-            model_input = self.preprocess(radiograph.pixels)
+            if scale > 1:  # a working-resolution read (chexretrieve.ingest.prepare)
+                meta = radiograph.metadata
+                source = (meta.rows, meta.columns)
+                model_input = self.preprocess.from_working(radiograph.pixels, source, scale)
+            else:
+                model_input = self.preprocess(radiograph.pixels)
         except Exception as exc:  # noqa: BLE001 - any refusal of the model's preprocessing
             raise PreprocessFailed(
                 f"the encoder's preprocessing failed on this image: {type(exc).__name__}: {exc}"

@@ -27,16 +27,12 @@ import numpy as np
 from chexretrieve.datasets.entries import view_group_of
 from chexretrieve.encoders.base import Encoder, split_preprocessing
 from chexretrieve.ingest.config import IngestConfig
-from chexretrieve.ingest.decode_pool import (
-    Decoded,
-    DecodePool,
-    InlineDecoder,
-    PreprocessingReader,
-    Rejected,
-)
+from chexretrieve.ingest.decode_pool import Decoded, DecodePool, InlineDecoder, Rejected
 from chexretrieve.ingest.discover import Candidate, discover_files
 from chexretrieve.ingest.labels import LabelTable
-from chexretrieve.ingest.thumbnails import ThumbnailReader, thumbnail_of
+from chexretrieve.ingest.prepare import ingest_reader
+from chexretrieve.ingest.stages import EncoderStage
+from chexretrieve.ingest.thumbnails import thumbnail_of
 from chexretrieve.store import BatchItem, ImageRecord, Outcome, SourceStamp, Store
 
 
@@ -170,12 +166,6 @@ def _format_of(path: Path) -> str:
     return {".png": "png", ".jpg": "jpeg", ".jpeg": "jpeg"}.get(suffix, "dicom")
 
 
-def default_reader():  # noqa: ANN201
-    from chexretrieve.dicom import read_radiograph
-
-    return read_radiograph
-
-
 def default_read_config():  # noqa: ANN201
     from chexretrieve.dicom import ReadConfig
 
@@ -188,6 +178,16 @@ class _Pending:
     candidate: Candidate
     stamp: SourceStamp | None
     radiograph: Any = None
+
+
+@dataclass
+class _Prepared:
+    """A batch on its way through the encoder stage to the store."""
+
+    batch: list[_Pending]
+    items: list[BatchItem]
+    indices: list[int]
+    positions: list[int]  # items that need an embedding
 
 
 class _Run:
@@ -224,11 +224,16 @@ class _Run:
         self.decided.append(Outcome(str(candidate.path), "rejected", reason, message))
         self.decided_index.append(index)
         if len(self.decided) >= 256:
-            self.flush([])
+            self.write(self.prepare([]), {})
 
     # ------------------------------------------------------------------ writing
     def flush(self, batch: list[_Pending]) -> None:
         """Embed what needs it and write the batch plus pending rejections in one transaction."""
+        prepared = self.prepare(batch)
+        self.write(prepared, self.embed(prepared))
+
+    def prepare(self, batch: list[_Pending]) -> _Prepared:
+        """Store records, thumbnails and labels of a batch, and which images need an embedding."""
         items: list[BatchItem] = []
         indices: list[int] = []
         records: list[ImageRecord] = []
@@ -251,8 +256,16 @@ class _Run:
             indices.append(pending.index)
             if row is not None and row.labels:
                 self.report.labelled_files += 1
-        embed_positions = self._positions_needing_embedding(records)
-        failed = self._embed(batch, items, embed_positions)
+        return _Prepared(batch, items, indices, self._positions_needing_embedding(records))
+
+    def embed(self, prepared: _Prepared) -> dict[int, str]:
+        """Fill the embeddings (the encoder stage: may run on its own thread); the failures."""
+        return self._embed(prepared.batch, prepared.items, prepared.positions)
+
+    def write(self, prepared: _Prepared, failed: dict[int, str]) -> None:
+        """Write an embedded batch and the rejections decided since the last write, in one
+        transaction (the main thread only: it alone touches the store and the outcomes)."""
+        batch, items, indices = prepared.batch, prepared.items, prepared.indices
         keep = [i for i in range(len(items)) if i not in failed]
         for position, message in failed.items():
             self.decided.append(Outcome(items[position].path, "rejected", "embed-error", message))
@@ -347,7 +360,13 @@ def ingest_paths(
     ``only``: ingest just these of the files found (a shard of a distributed run; the folder
     arguments still decide label matching)."""
     config = config or IngestConfig()
-    reader = reader or default_reader()
+    if config.gpu_jpeg:  # said before any work, in one line
+        from chexretrieve.dicom.gpu_jpeg import GpuJpegUnavailable, check_gpu_jpeg
+
+        try:
+            check_gpu_jpeg()
+        except GpuJpegUnavailable as exc:
+            raise ValueError(str(exc)) from exc
     read_config = read_config if read_config is not None else default_read_config()
     discovery = discover_files(list(paths), config)
     candidates = discovery.candidates
@@ -370,13 +389,10 @@ def ingest_paths(
         skipped_files=discovery.skipped,
         labels_file=str(labels.source) if labels is not None else None,
     )
-    if config.thumbnail_px > 0:  # rendered from the display pixels, before any preprocessing
-        reader = ThumbnailReader(reader, config.thumbnail_px)
     split = None
-    if config.preprocess_in_workers and config.resolved_workers > 0 and not config.worker_memory_mb:
+    if config.preprocess_in_workers and not config.worker_memory_mb:
         split = split_preprocessing(encoder)  # a capped worker could not load the model's libraries
-    if split is not None:
-        reader = PreprocessingReader(reader, split[0])
+    reader = ingest_reader(config, split[0] if split else None, base=reader)
     run = _Run(store, encoder, config, labels, report, progress, split[1] if split else None)
     run.total = len(candidates)
     try:
@@ -470,26 +486,31 @@ def _execute(run: _Run, candidates: list[Candidate], reader, read_config) -> Non
             start_method=config.start_method,
         )
     in_flight_limit = config.batch_size * (config.prefetch_batches + 1) + max(workers, 1)
-    with decoder:
-        submitted = 0
-        while submitted < len(to_decode) and submitted < in_flight_limit:
-            decoder.submit(submitted, str(to_decode[submitted].candidate.path))
-            submitted += 1
+    with decoder, EncoderStage(run, config.prefetch_batches, config.overlap_encoder) as stage:
+        # results are taken in file order (a reorder buffer), so every batch holds the same images
+        # as a one-file-at-a-time run: the same embeddings bit for bit, however workers interleave
+        submitted = next_index = 0
+        ready: dict[int, Decoded | Rejected] = {}
         batch: list[_Pending] = []
-        for received in range(1, len(to_decode) + 1):
-            task_id, result = decoder.get()
-            if submitted < len(to_decode):
+        while next_index < len(to_decode):
+            while submitted < len(to_decode) and submitted - next_index < in_flight_limit:
                 decoder.submit(submitted, str(to_decode[submitted].candidate.path))
                 submitted += 1
-            pending = to_decode[task_id]
-            if isinstance(result, Rejected):
-                run.reject(pending.index, pending.candidate, result.reason, result.message)
-            elif isinstance(result, Decoded):
-                pending.radiograph = result.radiograph
-                batch.append(pending)
-            if len(batch) >= config.batch_size or received == len(to_decode):
-                run.flush(batch)
-                batch = []
+            task_id, result = decoder.get()
+            ready[task_id] = result
+            while next_index in ready:
+                result, pending = ready.pop(next_index), to_decode[next_index]
+                next_index += 1
+                if isinstance(result, Rejected):
+                    run.reject(pending.index, pending.candidate, result.reason, result.message)
+                elif isinstance(result, Decoded):
+                    pending.radiograph = result.radiograph
+                    batch.append(pending)
+                if len(batch) >= config.batch_size or next_index == len(to_decode):
+                    stage.submit(batch)
+                    batch = []
+            stage.write_finished()
+        stage.drain()
         run.report.worker_restarts = decoder.restarts
     if run.decided:
         run.flush([])

@@ -92,6 +92,8 @@ class KillResumeRun:
     integrity_problems: list = field(default_factory=list)
     sqlite_check: list = field(default_factory=list)
     run_statuses: list[str] = field(default_factory=list)  # oldest first
+    # (overlap_encoder, prefetch_batches) of each recorded run: the runs killed were pipelined
+    pipelines: list[tuple] = field(default_factory=list)
     tables_after_resume: dict = field(default_factory=dict)
     again_returncode: int = -1
     again_counts: dict = field(default_factory=dict)
@@ -173,6 +175,11 @@ def run_kill_resume(folder: Path) -> KillResumeRun:
         run.integrity_problems = store.integrity_check()
         run.sqlite_check = store.execute_readonly_sql("PRAGMA integrity_check")
         run.run_statuses = store.runs_frame().status.tolist()
+        run.pipelines = [
+            (settings.get("overlap_encoder"), settings.get("prefetch_batches"))
+            for (text,) in store.execute_readonly_sql("SELECT settings_json FROM ingest_runs")
+            for settings in [json.loads(text or "{}")]
+        ]
         run.tables_after_resume = store.table_counts()
 
     again = subprocess.run(_command(archive, db, report_path), cwd=REPO, env=env,

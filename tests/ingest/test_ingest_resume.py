@@ -30,6 +30,8 @@ def test_kill_minus_nine_at_random_moments_then_resume(kill_resume_run):
     statuses = run.run_statuses
     assert statuses[-1] == "completed" and len(statuses) - 1 <= run.kills
     assert statuses[:-1] == ["interrupted"] * (len(statuses) - 1)
+    # every run had the encoder on its own thread with a batch in flight (the pipelined ingest)
+    assert run.pipelines == [(True, 1)] * len(statuses)
 
     assert run.again_returncode == 0 and run.again_counts["already-present"] == run.n_good
     assert run.again_counts["ingested"] == 0
