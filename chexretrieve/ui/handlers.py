@@ -55,6 +55,7 @@ from chexretrieve.ui.results_html import (
     results_html,
     similarity_legend,
 )
+from chexretrieve.ui.similarity_figure import make_figure, unlike_reason
 from chexretrieve.ui.thumbnails import ArchiveThumbnails
 from chexretrieve.ui.upload_errors import upload_message
 
@@ -541,8 +542,8 @@ class CaseLookup(ArchiveThumbnails):
             cos_scores, cos_eligible = self.service.gallery_scores(base)
             base_ranks = ranks(cos_scores, cos_eligible, hit_rows)
             base_pct = percentiles(cos_scores, cos_eligible, hit_rows)
-        step(0.75, "Chance of the same status at each rank (measured once per geometry)")
-        calibration, note = self._calibration(request, settings, query, name.display)
+        step(0.75, "The chance beside each result (measured once per geometry)")
+        figure, note = self._figure(request, query, finding, result.density)
         step(0.8, "Thumbnails")
         self.prefetch_thumbnails(h.image_id for h in result.hits)
         pct = percentiles(scores, eligible, hit_rows)
@@ -554,7 +555,6 @@ class CaseLookup(ArchiveThumbnails):
                 report=self.report_texts.report_for(hit.metadata.get("source_path"), hit.image_id),
                 baseline_rank=base_ranks[i],
                 baseline_percentile=base_pct[i],
-                same_status=None if calibration is None else calibration.at(hit.rank),
             )
             for i, hit in enumerate(result.hits)
         )
@@ -565,38 +565,39 @@ class CaseLookup(ArchiveThumbnails):
             f"{finding} · {name.display}{anchors} · {result.candidates:,} candidate cases · "
             f"query: {query.name}{mixed}"
         )
-        legend = similarity_legend(name.display, result.candidates, shown_baseline, calibration,
-                                   finding)  # fmt: skip
+        legend = similarity_legend(name.display, result.candidates, shown_baseline, figure)
         links = None
         if self.viewer_links is not None:
             query_study = self._metadata(query.case_id).get("study_uid") if (
                 query.case_id is not None) else None  # fmt: skip
             links = self.viewer_links(user, query_study, [
                 (h.image_id, h.metadata.get("study_uid")) for h in result.hits])  # fmt: skip
-        if hasattr(result.density, "log_density"):
-            note = ""  # the archive density's own typicality line says it (density_banner)
         html = results_html(list(rows), title, finding, legend, selected, relevant, not_relevant,
-                            shown_baseline, next(self._serials), links, note)  # fmt: skip
+                            shown_baseline, next(self._serials), links, note,
+                            figure)  # fmt: skip
         html = density_banner_html(result.density) + html  # OOD warning / typicality line
         step(1.0, "Done")
         return ResultsPage(result, rows, title, legend, html, shown_baseline)
 
-    def _calibration(self, request, settings: SearchSettings, query: QueryImage, display: str):
-        """(the rank calibration or None, a note when the query is unlike the archive)."""
+    def _figure(self, request, query: QueryImage, finding: str, density):
+        """(the chance figure or None, a note when the query is unlike the archive and no
+        archive density speaks for it)."""
         try:
-            calibration = self.service.rank_calibration(request, settings.top_k)
+            calibration = self.service.rank_calibration(request, request.top_k)
             nearest = self.service.nearest_cosine(request)
         except ValueError:
             return None, ""
+        low = float("nan") if calibration is None else calibration.nearest_low
+        unlike = unlike_reason(density, nearest, low)
+        labels = query.labels if query.source == "case" else None
+        figure = make_figure(calibration, finding, labels, unlike)
         note = ""
-        if calibration is not None and nearest < calibration.nearest_low:
+        if unlike and not hasattr(density, "log_density"):
             note = (
-                f"{query.name[0].upper() + query.name[1:]} is unlike this archive: its closest "
-                f"archived image has cosine {nearest:.2f}, while 99 % of archived images have "
-                f"one above {calibration.nearest_low:.2f}. The ranking and its chances were "
-                "measured on archived cases and may not hold for it."
+                f"{query.name[0].upper() + query.name[1:]} is unlike this archive: {unlike}. "
+                "The ranking was learned on archived cases and may not hold for it."
             )
-        return calibration, note
+        return figure, note
 
     def explain(self, query: QueryImage | None, settings: SearchSettings, image_id: int) -> str:
         """Escaped HTML: the anchor sentences that make the query and the result close."""

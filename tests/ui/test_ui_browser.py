@@ -411,10 +411,11 @@ def test_search_by_case_one_ranking_with_labels_reports_and_explanation(page, wo
     assert page.locator("#results table").count() == 1  # one ranking
     assert page.locator("#results .cx-card img").count() == 12
     head = page.inner_text("#results thead")
-    assert "same status" in head and "report" in head and "Pleural Effusion" in head
-    legend = page.inner_text("#results .cx-legend")  # a calibrated chance (issue 24)
-    assert "Same status: the chance that a result at that rank" in legend
-    assert re.fullmatch(r"\d+ %", page.inner_text("#results tbody tr:first-child td:nth-child(3)"))
+    assert "chance" in head and "report" in head and "Pleural Effusion" in head
+    legend = page.inner_text("#results .cx-legend")  # a calibrated chance (issues 24, 34)
+    assert re.match(r"Chance (positive|negative): when \d+ archived cases", legend)
+    first = page.inner_text("#results tbody tr:first-child td:nth-child(3)")
+    assert re.fullmatch(r"\d+ % (positive|negative)", first)
     reports = [row[-1] for row in _table(page)]
     assert sum(1 for r in reports if r != "—") >= 10  # phantom reports reach the table
     info = page.inner_text("#query-info")
