@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from chexretrieve import strict_json
 from chexretrieve.ingest.pipeline import IngestReport
 
 #: what each ingest-level reason code means (reader codes are in chexretrieve.dicom.errors)
@@ -22,7 +22,7 @@ def write_report(report: IngestReport, path: str | Path) -> Path:
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     temporary = target.with_name(target.name + ".partial")
-    temporary.write_text(json.dumps(report.to_dict(), indent=2) + "\n", encoding="utf-8")
+    temporary.write_text(strict_json.dumps(report.to_dict(), indent=2) + "\n", encoding="utf-8")
     temporary.replace(target)
     return target
 
