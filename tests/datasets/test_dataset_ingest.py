@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import math
+import re
 
 import pytest
 from dataset_fakes import (
@@ -180,6 +181,17 @@ def test_mimic_cxr_jpg_as_shipped_with_gz_files_and_label_choice(tmp_path, test_
     frame = by_path(url)
     assert frame.loc[path[D1], "Pleural Effusion"] == 0.0
     assert frame.loc[path[D2], "Atelectasis"] == 1.0
+
+
+def test_an_intact_mimic_cxr_jpg_download_passes_strict(tmp_path, test_encoders):
+    """Issue 34, item 16: its own IMAGE_FILENAMES was counted as a rejected non-DICOM file."""
+    root = write_mimic_jpg(tmp_path / "mimic-cxr-jpg" / "2.0.0")
+    result = ingest(str(root), "--db", f"sqlite:///{tmp_path / 's.sqlite'}", "--strict")
+    assert result.exit_code == 0, result.output
+    assert "IMAGE_FILENAMES" not in result.output
+    assert re.search(r"rejected\s*│\s*0\s*│", result.output), result.output
+    with open_store(f"sqlite:///{tmp_path / 's.sqlite'}") as store:
+        assert store.count_images() == 5
 
 
 def test_mimic_cxr_dicom_with_the_jpg_label_files_and_reports(tmp_path, test_encoders):
