@@ -27,6 +27,31 @@ def write_report(report: IngestReport, path: str | Path) -> Path:
     return target
 
 
+def data_set_warnings(report: IngestReport) -> list[str]:
+    """Plain lines on what the data set's files do to the archive: byte-identical copies (the
+    image keeps its first file's split) and patients in several splits."""
+    lines = []
+    copies = report.changes.get("copies", 0)
+    if copies:
+        other = report.changes.get("copies in another split", 0)
+        example = next(o for o in report.outcomes if o.detail and "byte-identical" in o.detail)
+        verb = "is a byte-identical copy" if copies == 1 else "are byte-identical copies"
+        where = f" ({other} meant for another split)" if other else ""
+        lines.append(
+            f"{copies} file{'s' if copies != 1 else ''} {verb} of an image stored from another "
+            f"file{where}; e.g. {example.path}: {example.detail}"
+        )
+    count, examples = report.patients_in_several_splits
+    if count:
+        named = "; ".join(f"{p}: {', '.join(splits)}" for p, splits in examples)
+        lines.append(
+            f"{count} patient{' has' if count == 1 else 's have'} images in two or more splits "
+            f"({named}{'; ...' if count > len(examples) else ''}); an evaluation across those "
+            "splits refuses them unless --allow-patient-overlap"
+        )
+    return lines
+
+
 def render_summary(report: IngestReport, console) -> None:  # noqa: ANN001
     """Print the outcome counts and the reason counts as rich tables."""
     from rich.markup import escape
@@ -68,13 +93,15 @@ def render_summary(report: IngestReport, console) -> None:  # noqa: ANN001
             soft_wrap=True,
         )
     changes = report.changes
-    if sum(changes.values()):
+    if sum(changes.get(k, 0) for k in ("labels", "splits", "metadata", "unchanged")):
         console.print(
             f"images already stored: {changes.get('labels', 0)} labels changed, "
             f"{changes.get('splits', 0)} splits changed, {changes.get('metadata', 0)} other "
             f"data-set fields changed, {changes.get('unchanged', 0)} unchanged",
             soft_wrap=True,
         )
+    for line in data_set_warnings(report):
+        console.print(f"[yellow]{escape(line)}[/yellow]", soft_wrap=True)
     console.print(
         f"encoder {escape(report.encoder_id)} -> {escape(report.database)}", soft_wrap=True
     )

@@ -11,6 +11,7 @@ import re
 
 import pytest
 from dataset_fakes import (
+    CHEXPERT_TRAIN,
     D1,
     D2,
     D3,
@@ -313,3 +314,38 @@ def test_a_part_of_a_data_set_is_ingested_with_the_root_found_above_it(tmp_path,
     frame = by_path(url)
     assert list(frame.index) == [f"files/p10/p10000764/s57375967/{D4}.jpg"]
     assert frame.iloc[0]["split"] == "test" and frame.iloc[0]["Edema"] == 1.0
+
+
+@pytest.mark.parametrize("batch_size", ["1", "64"])
+def test_a_copy_in_another_split_keeps_the_first_and_is_said_as_is_a_patient_in_two_splits(
+    tmp_path, test_encoders, batch_size
+):
+    """Issue 34, item 17: a byte-identical image in train and valid was merged into one stored
+    image whose split and data-set path came from different files ("6 splits changed" on a fresh
+    ingest); a patient in two splits went unmentioned until the evaluation refused it."""
+    import shutil
+
+    root = write_chexpert(tmp_path)
+    first = CHEXPERT_TRAIN[0][0]
+    copy = f"{S}/valid/patient64542/study1/view1_frontal.jpg"
+    (tmp_path / copy).parent.mkdir(parents=True)
+    shutil.copyfile(tmp_path / first, tmp_path / copy)
+    with open(root / "valid.csv", "a", encoding="utf-8") as handle:
+        handle.write(f"{copy},Male,50,Frontal,AP" + ",0.0" * 14 + "\n")
+    url = f"sqlite:///{tmp_path / 's.sqlite'}"
+    result = ingest(str(root), "--db", url, "--batch-size", batch_size)
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "splits changed" not in text  # nothing was stored before this fresh ingest
+    assert "1 file is a byte-identical copy of an image stored from another file (1 meant for " in (
+        text
+    )
+    assert "which is in split train; this file's split valid was not applied" in text
+    assert "1 patient has images in two or more splits (patient00003: train, valid)" in text
+    frame = by_path(url)
+    relative = first
+    assert frame.loc[relative, "split"] == "train"  # the first file's, with its own path
+    assert not any("patient64542" in p for p in frame.index)
+    again = ingest(str(root), "--db", url)  # a re-ingest changes nothing
+    assert "0 splits changed" in " ".join(again.output.split())
+    assert by_path(url).loc[relative, "split"] == "train"
