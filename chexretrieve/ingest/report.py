@@ -17,6 +17,16 @@ INGEST_REASONS = {
 }
 
 
+#: the summary table's words for each outcome (the JSON report keeps the short names)
+OUTCOME_WORDS = {
+    "ingested": "ingested (new images: decoded, embedded, stored)",
+    "embedded": "embedding added (images stored before)",
+    "already-present": "already stored (nothing new)",
+    "rejected": "rejected (reasons below)",
+    "conflict": "conflict with a stored image (reasons below)",
+}
+
+
 def write_report(report: IngestReport, path: str | Path) -> Path:
     """Write the JSON report (every file with its outcome and reason); returns the path."""
     target = Path(path)
@@ -69,7 +79,8 @@ def render_summary(report: IngestReport, console) -> None:  # noqa: ANN001
     table.add_column("outcome")
     table.add_column("files", justify="right")
     for name, count in counts.items():
-        table.add_row(name, str(count))
+        if count or (name == "ingested" and not total):  # no row of zeros to puzzle over
+            table.add_row(OUTCOME_WORDS[name], str(count))
     if report.skipped_files:
         table.add_row("[dim]skipped (other endings, hidden)[/dim]", str(report.skipped_files))
     console.print(table)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import gzip
 import math
-import re
 
 import pytest
 from dataset_fakes import (
@@ -190,7 +189,7 @@ def test_an_intact_mimic_cxr_jpg_download_passes_strict(tmp_path, test_encoders)
     result = ingest(str(root), "--db", f"sqlite:///{tmp_path / 's.sqlite'}", "--strict")
     assert result.exit_code == 0, result.output
     assert "IMAGE_FILENAMES" not in result.output
-    assert re.search(r"rejected\s*│\s*0\s*│", result.output), result.output
+    assert "rejected" not in result.output and "ingested (new images" in result.output
     with open_store(f"sqlite:///{tmp_path / 's.sqlite'}") as store:
         assert store.count_images() == 5
 
