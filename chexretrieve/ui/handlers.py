@@ -9,7 +9,6 @@ path ever leaves the server. Every rejection is a ``ValueError`` whose text says
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import itertools
 import os
 from collections.abc import Callable
@@ -33,13 +32,12 @@ from chexretrieve.ui.case_picker import (
     parse_case_id,
 )
 from chexretrieve.ui.density_banner import density_banner_html, result_concepts_html
+from chexretrieve.ui.filters import AGE_ANY, parse_filters  # noqa: F401 - re-exported
 from chexretrieve.ui.input_limits import (
     MAX_ANCHOR_KEY,
-    MAX_DATE_TEXT,
     MAX_FREE_TEXT,
     MAX_ID_DIGITS,
     MAX_PICKER_TEXT,
-    bounded_number,
     capped,
 )
 from chexretrieve.ui.radiology_reports import ReportTexts
@@ -57,12 +55,7 @@ from chexretrieve.ui.results_html import (
 )
 from chexretrieve.ui.similarity_figure import make_figure, unlike_reason
 from chexretrieve.ui.thumbnails import ArchiveThumbnails
-from chexretrieve.ui.upload_errors import upload_message
-
-#: the age range the filter widgets start at; a bound left at its end means "no bound" (so cases
-#: of unknown age are kept until the user narrows the range)
-AGE_ANY = (0, 120)
-
+from chexretrieve.ui.upload_errors import upload_message, upload_name
 
 #: what marking a result does, said under the feedback buttons
 FEEDBACK_RULE = (
@@ -84,7 +77,7 @@ class QueryImage:
 
     # "case" (an archived image) or "upload"
     source: str
-    # how the query is named on screen ("case 12", "the uploaded image")
+    # how the query is named on screen ("case 12", "upload chest-pa.dcm": its file name)
     name: str
     # display pixels of the query preview, float32 in [0, 1]: an archived case's stored thumbnail,
     # else its file (or an upload) shrunk to ~3 thumbnails wide
@@ -144,44 +137,6 @@ class ResultsPage:
     @property
     def image_ids(self) -> tuple[int, ...]:
         return tuple(int(r.hit.image_id) for r in self.rows)
-
-
-def parse_filters(
-    views: list[str] | None,
-    sex: str | None,
-    age_min: float | None,
-    age_max: float | None,
-    date_from: str | None,
-    date_to: str | None,
-    label_known: bool,
-) -> SearchFilters:
-    """SearchFilters from the filter widgets; ValueError naming a bad date or range.
-
-    Empty values, and ages left at the ends of ``AGE_ANY``, mean no bound.
-    """
-
-    def date(value: str | None, name: str) -> dt.date | None:
-        value = capped(value, name, MAX_DATE_TEXT)
-        if not value.strip():
-            return None
-        try:
-            return dt.date.fromisoformat(str(value).strip()[:10])
-        except ValueError:
-            raise ValueError(f"{name} must be a date like 2024-03-31, not {value!r}") from None
-
-    def number(value, open_end: float, name: str) -> float | None:
-        years = bounded_number(value, name, *AGE_ANY, unit="years")
-        return None if years is None or years == open_end else years
-
-    return SearchFilters(
-        views=tuple(views or ()),
-        sex=None if not sex or sex == "any" else sex,
-        age_min=number(age_min, AGE_ANY[0], "'age from'"),
-        age_max=number(age_max, AGE_ANY[1], "'age to'"),
-        date_from=date(date_from, "'date from'"),
-        date_to=date(date_to, "'date to'"),
-        label_known=bool(label_known),
-    )
 
 
 class CaseLookup(ArchiveThumbnails):
@@ -423,7 +378,7 @@ class CaseLookup(ArchiveThumbnails):
         }
         return QueryImage(
             source="upload",
-            name="the uploaded image",
+            name=upload_name(name),
             pixels=self._display_pixels(radiograph.pixels),
             metadata=meta,
             embedding=embedding,

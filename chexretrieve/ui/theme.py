@@ -112,7 +112,7 @@ table.cx-result-table td.cx-report {white-space: normal; min-width: 14rem; font-
 .cx-account {text-align: right; font-size: 0.85rem; margin: -0.5rem 0 0}
 .cx-query-preview {height: 260px; background: #000; border-radius: 4px; display: flex;
   align-items: center; justify-content: center; overflow: hidden}
-.cx-query-empty {background: var(--background-fill-secondary)}
+.cx-query-empty {display: none}
 .cx-query-img {display: block; max-width: 100%; max-height: 100%; object-fit: contain}
 #upload {min-height: 0}
 #upload [data-testid="upload-icon"] {display: none}

@@ -556,7 +556,7 @@ def test_upload_of_hostile_dicom_is_searched_and_inert(page, world):
     page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
     before = _results_html(page)
     page.set_input_files("#upload input[type=file]", str(world["root"] / "hostile.dcm"))
-    _wait_text(page, "#query-info", "uploaded image")
+    _wait_text(page, "#query-info", "upload hostile.dcm")
     _wait_results_change(page, before)
     info = page.inner_text("#query-info")
     assert XSS in info and "<img src=x onerror=window.__xss=2>" in info  # shown as text
