@@ -113,6 +113,7 @@ table.cx-result-table td.cx-report {white-space: normal; min-width: 14rem; font-
 .cx-query-preview {height: 260px; background: #000; border-radius: 4px; display: flex;
   align-items: center; justify-content: center; overflow: hidden}
 .cx-query-empty {display: none}
+#query-image:has(.cx-query-empty) {display: none}
 .cx-query-img {display: block; max-width: 100%; max-height: 100%; object-fit: contain}
 #upload {min-height: 0}
 #upload [data-testid="upload-icon"] {display: none}
@@ -130,10 +131,16 @@ READABLE = {
     "input_placeholder_color": "*neutral_500",
     # the blue chips naming each field
     **dict.fromkeys(("block_title_text_color", "block_label_text_color"), "*primary_800"),
-    # the primary button (white text) and links
+    # the primary button and a chosen radio option (white text on them), links
     **dict.fromkeys(
-        ("button_primary_background_fill", "color_accent", "link_text_color"), "*primary_700"
-    ),  # fmt: skip
+        (
+            "button_primary_background_fill",
+            "checkbox_label_background_fill_selected",
+            "color_accent",
+            "link_text_color",
+        ),
+        "*primary_700",
+    ),
     **dict.fromkeys(
         (
             "button_primary_background_fill_hover",

@@ -540,13 +540,15 @@ def test_compare_viewer_windows_each_image_zooms_and_is_audited(page, world, ser
         " return fit * i.naturalWidth; })",
     )
     page.click("#viewer [data-zoom='in']")
-    _wait_text(page, "#viewer .cx-zoom-level", "150%")
+    page.wait_for_function(
+        "() => !document.querySelector('#viewer .cx-zoom-level').innerText.startsWith('fit')"
+    )
     sizes = page.eval_on_selector_all(
         "#viewer .cx-view-img", "imgs => imgs.map(i => i.getBoundingClientRect().width)"
     )
     assert sizes == [pytest.approx(1.5 * f, abs=2) for f in fitted]
     page.click("#viewer [data-zoom='fit']")
-    _wait_text(page, "#viewer .cx-zoom-level", "100%")
+    _wait_text(page, "#viewer .cx-zoom-level", "fit · ")
     page.keyboard.press("Escape")
     page.wait_for_selector("#viewer", state="hidden")
 
