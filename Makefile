@@ -12,16 +12,18 @@ OHIF_DIR := $(VENV)/ohif/$(OHIF_VERSION)
 .PHONY: setup demo test lint format adversarial docs containers-test
 
 # `make demo` installs what the application needs (RUNTIME); `make test` adds the test and docs
-# tools (STAMP): a newcomer's first `make demo` does not wait for Ray, MkDocs or Playwright
+# tools (STAMP): a newcomer's first `make demo` does not wait for Ray, MkDocs or Playwright.
+# --no-compile: pip's byte-compiling of every module it installs was most of its CPU time
+# (torch: 19 s of 24 s); Python compiles the modules actually imported, once, on first use
 $(RUNTIME): pyproject.toml Makefile
 	@echo "setup 1/3: virtual environment $(VENV) and a current pip (a few seconds)"
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@t=$$(date +%s); $(PY) -m pip install -q --upgrade pip; echo "  done in $$(( $$(date +%s) - t )) s"
 	@# the local CPU wheel first: a bare `torch` would pull a multi-GB CUDA build
 	@echo "setup 2/3: torch 2.13.0, the CPU wheel on local disk (about half a minute)"
-	@t=$$(date +%s); $(PY) -m pip install -q torch==2.13.0; echo "  done in $$(( $$(date +%s) - t )) s"
+	@t=$$(date +%s); $(PY) -m pip install -q --no-compile torch==2.13.0; echo "  done in $$(( $$(date +%s) - t )) s"
 	@echo "setup 3/3: chexretrieve and what it needs to run (about a minute)"
-	@t=$$(date +%s); $(PY) -m pip install -q -e '.[demo]'; echo "  done in $$(( $$(date +%s) - t )) s"
+	@t=$$(date +%s); $(PY) -m pip install -q --no-compile -e '.[demo]'; echo "  done in $$(( $$(date +%s) - t )) s"
 	@touch $(RUNTIME)
 	@echo "setup complete: the command line is $(VENV)/bin/chexretrieve"
 

@@ -75,7 +75,7 @@ def demo_command(
     serve: bool = typer.Option(True, "--serve/--no-serve", help="Open the UI at the end."),
     port: int = typer.Option(7860, "--port", help="UI port (bound to 127.0.0.1)."),
     first_page: int = typer.Option(
-        500, "--first-page", help="A first run opens the page once this many are stored."
+        300, "--first-page", help="A first run opens the page once this many are stored."
     ),
 ) -> None:
     """Run the end-to-end demo: phantom archive -> ingest -> case-lookup UI (see README)."""

@@ -1,8 +1,9 @@
 """`make demo`: a phantom archive, ingested with the phantom encoder, searched in the UI.
 
-A first run generates the archive and ingests it in parts, embeds the anchor sets and opens the
-page (printing its address) after the first part; the rest of the archive arrives while the page is
-up, and the archive density is fitted last. Every step reuses what an earlier run left: the
+A first run generates the archive and ingests it in parts and opens the page (printing its
+address) after the first part; the rest of the archive arrives while the page is up, then the
+anchor sets the page uses are embedded into the store (the page's warm-up has done most) and the
+archive density is fitted. Every step reuses what an earlier run left: the
 archive is generated once, ingest skips files whose stamp (path, size, mtime) is unchanged, the
 anchor embeddings and the density fit are kept in the store and the cache, and gallery features
 persist in the data folder, so a second run opens the page in seconds.
@@ -108,7 +109,7 @@ def ingest_real_radiograph(store, encoder) -> None:
 def embed_demo_anchors(store, encoder) -> None:
     """The anchor sets the page searches with (each finding's latest set and the broad prior of
     the posterior geometries) embedded and kept in the store, as `chexretrieve anchors embed`
-    does: the page (whose store is read-only, as `serve`'s) reads them from there."""
+    does; the page's warm-up has stored most of them by now (it embeds what it fits)."""
     from chexretrieve.anchors import latest_anchor_set
     from chexretrieve.anchors.broad_prior import broad_prior_sets
     from chexretrieve.anchors.curation import embed_anchor_set
@@ -119,8 +120,9 @@ def embed_demo_anchors(store, encoder) -> None:
     rows = [embed_anchor_set(s, encoder, store, False) for s in sets]
     stored = sum(1 for r in rows if not r.cached)
     console.print(
-        f"anchors: {len(rows)} anchor sets embedded with {encoder.encoder_id} ({stored} new, "
-        f"{len(rows) - stored} already stored) in {time.perf_counter() - started:.1f} s"
+        f"anchors: the {len(rows)} anchor sets the page uses are stored for "
+        f"{encoder.encoder_id} ({stored} embedded now, {len(rows) - stored} already stored) in "
+        f"{time.perf_counter() - started:.1f} s"
     )
 
 
@@ -136,9 +138,10 @@ def real_radiograph() -> Path | None:
 
 
 def run_demo(config: DemoConfig | None = None) -> None:
-    """Generate (or reuse) the phantom archive, ingest it, embed the anchors, open the page and
-    print its address; on a first run the page opens after the first part of the archive and the
-    rest arrives while it is up; the archive density is fitted last."""
+    """Generate (or reuse) the phantom archive, ingest it, open the page and print its address,
+    then make sure every anchor set the page uses is stored and fit the archive density; on a
+    first run the page opens after the first part of the archive and the rest arrives while it
+    is up."""
     from chexretrieve.encoders import load_encoder
     from chexretrieve.store import open_store
 
@@ -152,24 +155,19 @@ def run_demo(config: DemoConfig | None = None) -> None:
     config.data_dir.mkdir(parents=True, exist_ok=True)
     store = open_store(config.db_url)
     encoder = load_encoder(config.encoder)
-    page = DemoPage(config, encoder, started)
+    page = DemoPage(config, store, encoder, started)
     if archive_is_complete(config):
         ingest_demo_archive(config, store, encoder)
         ingest_real_radiograph(store, encoder)
-        embed_demo_anchors(store, encoder)
         page.open(None)
     else:
-
-        def first_page(stored: int) -> None:
-            embed_demo_anchors(store, encoder)
-            page.open(stored)
-
-        took = grow_phantom_archive(config, store, encoder, first_page)
+        took = grow_phantom_archive(config, store, encoder, page.open)
         ingest_real_radiograph(store, encoder)
         console.print(
             f"phantom archive complete: {config.n_images:,} images generated and ingested in "
             f"{took:.1f} s, and RG1"
         )
+    embed_demo_anchors(store, encoder)
     fit_demo_density(store, encoder)
     console.print(f"ready in {time.perf_counter() - started:.1f} s; database {config.db_url}")
     if config.serve:
@@ -196,10 +194,12 @@ def fit_demo_density(store, encoder) -> None:
 
 
 class DemoPage:
-    """The case-lookup page of the demo, served from this process."""
+    """The case-lookup page of the demo, served from this process over the demo's own store (a
+    first search embeds its anchor set and keeps it there, as the warm-up does for the others;
+    `serve` opens its store read-only)."""
 
-    def __init__(self, config: DemoConfig, encoder, started: float):
-        self.config, self.encoder, self.started = config, encoder, started
+    def __init__(self, config: DemoConfig, store, encoder, started: float):
+        self.config, self.store, self.encoder, self.started = config, store, encoder, started
         self.app = None
 
     @property
@@ -218,7 +218,7 @@ class DemoPage:
             db_url=self.config.db_url, encoder=self.config.encoder, host=self.config.host,
             port=self.config.port, feature_cache_dir=self.config.feature_cache_dir,
         )  # fmt: skip
-        lookup, curation = open_case_lookup(ui, encoder=self.encoder)
+        lookup, curation = open_case_lookup(ui, self.store, self.encoder)
         self.app = build_app(lookup, curation, ui)
         start_ui_warm_up(lookup, ui)
         launch_app(self.app, ui, block=False)

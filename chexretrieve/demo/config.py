@@ -24,9 +24,9 @@ class DemoConfig:
     port: int = 7860
     # a first run opens the page once this many phantoms are stored; the rest of the archive is
     # generated and ingested while the page is up (its searches see each new part)
-    first_page_images: int = 500
+    first_page_images: int = 300
     # phantoms ingested per part after the first (a part is ingested while the next is generated)
-    part_images: int = 500
+    part_images: int = 450
 
     def __post_init__(self) -> None:
         if self.n_images < 20:

@@ -4,7 +4,7 @@ the first part (issue 34, item 3).
 The phantom generator's worker processes write the images in index order; each part of
 ``DemoConfig.part_images`` images is ingested (with its labels) as soon as its files are written,
 while the workers go on with the next part. Once ``DemoConfig.first_page_images`` images are
-stored, ``on_first_page`` runs (the demo embeds its anchors and opens the page there); the rest of
+stored, ``on_first_page`` runs (the demo opens the page there); the rest of
 the archive keeps arriving and the page's searches see it (the search service reloads the gallery
 when the archive's revision moves). The archive's CSV files are written by the generator at the
 end, so a later run reuses the complete archive; a reports.csv of the images so far is kept
