@@ -99,7 +99,10 @@ def report_keys(conn: Connection) -> dict[str, str]:
     out: dict[str, str] = {}
     for dataset_study, study_uid, dataset_path, source_path in rows:
         key = dataset_study or study_uid
-        for name in (dataset_study, study_uid, dataset_path, source_path):
+        # the data-set path also without its release folder: CheXpert Plus names
+        # "train/patient1/study1/view1_frontal.jpg" what CheXpert lists under CheXpert-v1.0/
+        inner = dataset_path.split("/", 1)[1] if dataset_path and "/" in dataset_path else None
+        for name in (dataset_study, study_uid, dataset_path, source_path, inner):
             if name:
                 out.setdefault(name, key)
     return out

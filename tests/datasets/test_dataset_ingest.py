@@ -10,6 +10,7 @@ import math
 
 import pytest
 from dataset_fakes import (
+    CHEXPERT_HEADER,
     CHEXPERT_TRAIN,
     D1,
     D2,
@@ -348,3 +349,71 @@ def test_a_copy_in_another_split_keeps_the_first_and_is_said_as_is_a_patient_in_
     again = ingest(str(root), "--db", url)  # a re-ingest changes nothing
     assert "0 splits changed" in " ".join(again.output.split())
     assert by_path(url).loc[relative, "split"] == "train"
+
+
+def test_chexpert_official_test_labels_groundtruth_csv_keyed_by_study(tmp_path, test_encoders):
+    """Issue 34, item 19: the test set's groundtruth.csv (one row per Study) was not read."""
+    root = write_chexpert(tmp_path)
+    study = "test/patient64741/study1"
+    write_jpeg(root / study / "view1_frontal.jpg", 81)
+    write_jpeg(root / study / "view2_lateral.jpg", 82)
+    write_jpeg(root / "test/patient64742/study1/view1_frontal.jpg", 83)
+    header = ["Study", *CHEXPERT_HEADER[5:]]  # No Finding, then the 13 observations
+    cells = {name: "0" for name in header[1:]}
+    cells.update({"Edema": "1", "Pleural Effusion": "1"})
+    lines = [",".join(header), ",".join([study, *(cells[c] for c in header[1:])]),
+             ",".join(["test/patient64742/study1", *("0" for _ in header[1:])])]  # fmt: skip
+    (root / "test").mkdir(exist_ok=True)
+    (root / "test" / "groundtruth.csv").write_text("\n".join(lines) + "\n")
+    url = f"sqlite:///{tmp_path / 's.sqlite'}"
+    result = ingest(str(root), "--db", url)
+    assert result.exit_code == 0, result.output
+    assert "test/groundtruth.csv" in " ".join(result.output.split())
+    frame = by_path(url)
+    for view in ("view1_frontal.jpg", "view2_lateral.jpg"):  # every image of the study
+        row = frame.loc[f"{study}/{view}"]
+        assert (row["split"], row["patient_id"], row["study_id"]) == (
+            "test", "patient64741", "patient64741/study1",
+        )  # fmt: skip
+        assert (row["Edema"], row["Pleural Effusion"], row["Cardiomegaly"]) == (1.0, 1.0, 0.0)
+    assert frame.loc[f"{study}/view2_lateral.jpg", "view_group"] == "lateral"
+    assert frame.loc["test/patient64742/study1/view1_frontal.jpg", "Edema"] == 0.0
+
+
+def test_chexpert_plus_reports_are_stored_per_study(tmp_path, test_encoders):
+    """CheXpert Plus's df_chexpert_plus_240401.csv (path_to_image, report, ...) as a reports CSV
+    over a CheXpert ingest: each report reaches its image's study."""
+    root = write_chexpert(tmp_path)
+    columns = ["path_to_image", "path_to_dcm", "frontal_lateral", "ap_pa", "deid_patient_id",
+               "patient_report_date_order", "report", "section_findings", "section_impression",
+               "age", "sex", "race", "ethnicity", "split"]  # fmt: skip
+    image = CHEXPERT_TRAIN[3][0].removeprefix(f"{S}/")  # train/patient00003/study1/...
+    text = "FINDINGS: Small left pleural effusion. IMPRESSION: Small left effusion."
+    row = [image, image.replace(".jpg", ".dcm"), "Frontal", "PA", "patient00003", "1", text,
+           "Small left pleural effusion.", "Small left effusion.", "41", "Male", "White",
+           "Non-Hispanic/Non-Latino", "train"]  # fmt: skip
+    plus = tmp_path / "df_chexpert_plus_240401.csv"
+    with plus.open("w", newline="", encoding="utf-8") as handle:
+        import csv
+
+        writer = csv.writer(handle)
+        writer.writerows([columns, row])
+    url = f"sqlite:///{tmp_path / 's.sqlite'}"
+    result = ingest(str(root), "--db", url, "--reports", str(plus))
+    assert result.exit_code == 0, result.output
+    assert "reports: 1 new" in " ".join(result.output.split())
+    with open_store(url) as store:
+        ids = store.dataset_frame().reset_index().set_index("dataset_path")["image_id"]
+        assert store.report_for_image(int(ids[CHEXPERT_TRAIN[3][0]])) == text
+
+
+def test_the_data_set_guide_queries_mimic_on_its_test_split_and_names_chexpert_test_files():
+    from pathlib import Path
+
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "datasets.md").read_text()
+    commands = [
+        line for line in guide.splitlines() if line.startswith("chexretrieve eval retrieval")
+    ]
+    mimic = [c for c in commands if "mimic" in c]
+    assert mimic and all("--query-split test" in c for c in mimic), mimic
+    assert "groundtruth.csv" in guide and "CheXpert Plus" in guide
