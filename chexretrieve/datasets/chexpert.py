@@ -112,20 +112,10 @@ def read_study_labels(path: Path, folder: Path) -> list[ImageEntry]:
         if not study_path:
             raise ValueError(f"{where}: empty Study")
         labels = {findings[c]: parse_label(row[c], f"{where} column {c!r}") for c in findings}
-        patient, study = _patient_and_study(study_path)
-        for image in _study_images(folder, study_path):
-            dataset_path = f"{study_path}/{image.name}"
-            entries.append(
-                ImageEntry(
-                    dataset=DATASET,
-                    dataset_path=dataset_path,
-                    patient_id=patient,
-                    study_key=f"{patient}/{study}" if patient and study else None,
-                    view_group=_view_group("", dataset_path),
-                    split="test",
-                    labels=labels or None,
-                )
-            )
+        entries += [
+            _entry(f"{study_path}/{image.name}", {}, "test", labels, where)
+            for image in _study_images(folder, study_path)
+        ]
     return entries
 
 
@@ -150,23 +140,26 @@ def read_chexpert_csv(path: Path, split: str | None) -> list[ImageEntry]:
         dataset_path = row["Path"].replace("\\", "/")
         if not dataset_path:
             raise ValueError(f"{where}: empty Path")
-        patient, study = _patient_and_study(dataset_path)
         labels = {findings[c]: parse_label(row[c], f"{where} column {c!r}") for c in findings}
-        entries.append(
-            ImageEntry(
-                dataset=DATASET,
-                dataset_path=dataset_path,
-                patient_id=patient,
-                study_key=f"{patient}/{study}" if patient and study else None,
-                view_group=_view_group(row.get("Frontal/Lateral", ""), dataset_path),
-                view_position=(row.get("AP/PA") or "").upper() or None,
-                sex=normalise_sex(row.get("Sex")),
-                age_years=_age(row.get("Age", ""), where),
-                split=split,
-                labels=labels or None,
-            )
-        )
+        entries.append(_entry(dataset_path, row, split, labels, where))
     return entries
+
+
+def _entry(dataset_path: str, row: dict, split: str | None, labels: dict, where: str):
+    """One image's entry; ``row``'s Sex, Age, Frontal/Lateral and AP/PA when it has them."""
+    patient, study = _patient_and_study(dataset_path)
+    return ImageEntry(
+        dataset=DATASET,
+        dataset_path=dataset_path,
+        patient_id=patient,
+        study_key=f"{patient}/{study}" if patient and study else None,
+        view_group=_view_group(row.get("Frontal/Lateral", ""), dataset_path),
+        view_position=(row.get("AP/PA") or "").upper() or None,
+        sex=normalise_sex(row.get("Sex")),
+        age_years=_age(row.get("Age", ""), where),
+        split=split,
+        labels=labels or None,
+    )
 
 
 def _patient_and_study(path: str) -> tuple[str | None, str | None]:
