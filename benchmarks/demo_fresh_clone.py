@@ -107,6 +107,7 @@ def run(commit: str, work: Path) -> int:
     env.update(
         CHEXRETRIEVE_CACHE=str(clone / ".cache" / "chexretrieve"),
         XDG_CONFIG_HOME=str(clone / ".cache" / "config"),
+        CHEXRETRIEVE_AUDIT_LOG=str(clone / ".cache" / "audit.jsonl"),
         PYTHONUNBUFFERED="1",
         COLUMNS="120",
     )

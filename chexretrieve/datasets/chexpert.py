@@ -91,9 +91,7 @@ def read_chexpert(root: Path) -> DatasetIndex:
             listed = {e.dataset_path.split("/", 1)[-1] for e in entries} | {
                 e.dataset_path for e in entries
             }
-            entries += [
-                e for e in read_study_labels(path, folder) if e.dataset_path not in listed
-            ]
+            entries += [e for e in read_study_labels(path, folder) if e.dataset_path not in listed]
             read.append(str(path.relative_to(folder)))
             break
     return DatasetIndex(DATASET, folder, entries, tuple(read))

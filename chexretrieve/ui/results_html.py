@@ -106,7 +106,8 @@ def format_percentile(value: float | None) -> str:
 
 
 def _chip(word: str) -> str:
-    return f"<span class='cx-label cx-{word}'>{word}</span>"
+    # "not mentioned" -> class cx-not-mentioned (a space made it two classes: no chip drawn)
+    return f"<span class='cx-label cx-{word.replace(' ', '-')}'>{word}</span>"
 
 
 def _mark(image_id: int, relevant: set[int], not_relevant: set[int]) -> str:
