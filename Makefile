@@ -3,6 +3,7 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+RUNTIME := $(VENV)/.chexretrieve-runtime
 STAMP := $(VENV)/.chexretrieve-installed
 # the OHIF Viewer `serve` hosts under /viewer (npm @ohif/app, pinned; never fetched at run time)
 OHIF_VERSION := 3.13.2
@@ -10,28 +11,37 @@ OHIF_DIR := $(VENV)/ohif/$(OHIF_VERSION)
 
 .PHONY: setup demo test lint format adversarial docs containers-test
 
-$(STAMP): pyproject.toml Makefile
-	@echo "setup 1/4: virtual environment $(VENV) and a current pip (a few seconds)"
+# `make demo` installs what the application needs (RUNTIME); `make test` adds the test and docs
+# tools (STAMP): a newcomer's first `make demo` does not wait for Ray, MkDocs or Playwright.
+# --no-compile: pip's byte-compiling of every module it installs was most of its CPU time
+# (torch: 19 s of 24 s); Python compiles the modules actually imported, once, on first use
+$(RUNTIME): pyproject.toml Makefile
+	@echo "setup 1/3: virtual environment $(VENV) and a current pip (a few seconds)"
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@t=$$(date +%s); $(PY) -m pip install -q --upgrade pip; echo "  done in $$(( $$(date +%s) - t )) s"
 	@# the local CPU wheel first: a bare `torch` would pull a multi-GB CUDA build
-	@echo "setup 2/4: torch 2.13.0, the CPU wheel on local disk (about half a minute)"
-	@t=$$(date +%s); $(PY) -m pip install -q torch==2.13.0; echo "  done in $$(( $$(date +%s) - t )) s"
-	@echo "setup 3/4: chexretrieve and its dependencies, with the test and docs tools (1-2 minutes)"
-	@t=$$(date +%s); $(PY) -m pip install -q -e '.[dev]'; echo "  done in $$(( $$(date +%s) - t )) s"
-	@# the reference implementation of the encoder tests, without torchvision (see pyproject.toml)
-	@echo "setup 4/4: open_clip_torch 3.3.0 without dependencies, the encoder tests' reference (seconds)"
-	@t=$$(date +%s); $(PY) -m pip install -q --no-deps open_clip_torch==3.3.0; echo "  done in $$(( $$(date +%s) - t )) s"
-	@touch $(STAMP)
+	@echo "setup 2/3: torch 2.13.0, the CPU wheel on local disk (about half a minute)"
+	@t=$$(date +%s); $(PY) -m pip install -q --no-compile torch==2.13.0; echo "  done in $$(( $$(date +%s) - t )) s"
+	@echo "setup 3/3: chexretrieve and what it needs to run (about a minute)"
+	@t=$$(date +%s); $(PY) -m pip install -q --no-compile -e '.[demo]'; echo "  done in $$(( $$(date +%s) - t )) s"
+	@touch $(RUNTIME)
 	@echo "setup complete: the command line is $(VENV)/bin/chexretrieve"
 
-$(OHIF_DIR)/dist/index.html: | $(STAMP)
+$(STAMP): $(RUNTIME)
+	@echo "setup (tests): the test and docs tools (about a minute)"
+	@t=$$(date +%s); $(PY) -m pip install -q -e '.[dev]'; echo "  done in $$(( $$(date +%s) - t )) s"
+	@# the reference implementation of the encoder tests, without torchvision (see pyproject.toml)
+	@echo "setup (tests): open_clip_torch 3.3.0 without dependencies, the encoder tests' reference"
+	@t=$$(date +%s); $(PY) -m pip install -q --no-deps open_clip_torch==3.3.0; echo "  done in $$(( $$(date +%s) - t )) s"
+	@touch $(STAMP)
+
+$(OHIF_DIR)/dist/index.html: | $(RUNTIME)
 	@echo "setup: installing the OHIF Viewer $(OHIF_VERSION) (npm pack @ohif/app@$(OHIF_VERSION), about 50 MB, SHA-1 checked) into $(OHIF_DIR)"
 	$(PY) -m chexretrieve.viewer_web.install --into $(OHIF_DIR)
 
 setup: $(STAMP) $(OHIF_DIR)/dist/index.html
 
-demo: setup
+demo: $(RUNTIME) $(OHIF_DIR)/dist/index.html
 	$(PY) -m chexretrieve demo $(if $(PORT),--port $(PORT))
 
 test: setup

@@ -74,6 +74,9 @@ def demo_command(
     n_images: int = typer.Option(3000, "--n-images", help="Phantom images on the first run."),
     serve: bool = typer.Option(True, "--serve/--no-serve", help="Open the UI at the end."),
     port: int = typer.Option(7860, "--port", help="UI port (bound to 127.0.0.1)."),
+    first_page: int = typer.Option(
+        300, "--first-page", help="A first run opens the page once this many are stored."
+    ),
 ) -> None:
     """Run the end-to-end demo: phantom archive -> ingest -> case-lookup UI (see README)."""
     from pathlib import Path
@@ -85,7 +88,10 @@ def demo_command(
     from chexretrieve.demo.config import DemoConfig
 
     try:
-        config = DemoConfig(data_dir=Path(data_dir), n_images=n_images, serve=serve, port=port)
+        config = DemoConfig(
+            data_dir=Path(data_dir), n_images=n_images, serve=serve, port=port,
+            first_page_images=first_page,
+        )  # fmt: skip
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     try:

@@ -7,10 +7,11 @@ input (unknown set, unreachable endpoint, invalid answer: nothing is written the
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import typer
+
+from chexretrieve import strict_json
 
 anchors_app = typer.Typer(
     help="Versioned anchor sets: list, show, validate, diff, generate with an LLM, embed, impact.",
@@ -184,7 +185,7 @@ def diff_command(
     except ValueError as exc:
         _fail(str(exc))
     if as_json:
-        typer.echo(json.dumps(diff.to_dict(), indent=2, ensure_ascii=False))
+        typer.echo(strict_json.dumps(diff.to_dict(), indent=2, ensure_ascii=False))
     else:
         render_diff(diff, _console())
 
@@ -337,7 +338,7 @@ def impact_command(
     except ValueError as exc:
         _fail(str(exc))
     if as_json:
-        typer.echo(json.dumps(report.to_dict(), indent=2, default=str))
+        typer.echo(strict_json.dumps(report.to_dict(), indent=2))
     else:
         _render_impact(report)
 

@@ -5,11 +5,11 @@ trail."""
 from __future__ import annotations
 
 import datetime as dt
-import json
 from pathlib import Path
 
 import typer
 
+from chexretrieve import strict_json
 from chexretrieve.geometry import GEOMETRY_CHOICES
 
 
@@ -134,6 +134,6 @@ def search_command(
         raise typer.Exit(2) from None
 
     if as_json:
-        typer.echo(json.dumps(result_as_dict(result), indent=2, default=str))
+        typer.echo(strict_json.dumps(result_as_dict(result), indent=2))
         return
     print_result(result, explain)

@@ -8,9 +8,9 @@ lists the archive's rarest images (lowest log-density first) for teaching-file l
 
 from __future__ import annotations
 
-import json
-
 import typer
+
+from chexretrieve import strict_json
 
 density_app = typer.Typer(
     help="The archive's own density: OOD flag, rare cases, concept decomposition.",
@@ -116,7 +116,7 @@ def rare_command(
     except ValueError as exc:
         raise _fail(str(exc)) from None
     if as_json:
-        typer.echo(json.dumps({"note": note, "cases": rows}, indent=2, default=str))
+        typer.echo(strict_json.dumps({"note": note, "cases": rows}, indent=2))
         return
     from rich.console import Console
     from rich.table import Table
@@ -162,7 +162,7 @@ def fit_after_ingest(store, encoder, console) -> None:  # noqa: ANN001
 
 def _print(summary: dict, as_json: bool) -> None:
     if as_json:
-        typer.echo(json.dumps(summary, indent=2, default=str))
+        typer.echo(strict_json.dumps(summary, indent=2))
         return
     from rich.console import Console
 

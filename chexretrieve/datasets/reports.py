@@ -1,8 +1,8 @@
 """Radiology reports: MIMIC's per-study ``.txt`` files and a reports CSV keyed by path or study.
 
 A reports CSV has a text column (``Report``, ``report``, ``text`` or ``findings_impression``) and a
-key column: ``Path`` / ``path`` (an image path: the report belongs to that image's study) or
-``study_id`` / ``Study`` (the study itself).
+key column: ``Path`` / ``path`` / ``path_to_image`` (an image path: the report belongs to that
+image's study; CheXpert Plus's CSV is read so) or ``study_id`` / ``Study`` (the study itself).
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from pathlib import Path
 from chexretrieve.datasets.tables import iter_records, read_header
 
 TEXT_COLUMNS = ("Report", "report", "text", "findings_impression")
-PATH_COLUMNS = ("Path", "path")
+#: CheXpert Plus's df_chexpert_plus_*.csv keys its ``report`` by ``path_to_image``
+PATH_COLUMNS = ("Path", "path", "path_to_image")
 STUDY_COLUMNS = ("study_id", "Study", "study")
 
 

@@ -7,12 +7,12 @@ Writes ``OUT/report.md`` (tables, the seed's claims with the numbers that decide
 from __future__ import annotations
 
 import datetime as dt
-import json
 import time
 from pathlib import Path
 
 import typer
 
+from chexretrieve import strict_json
 from chexretrieve.evaluation.cli_options import command_line
 
 
@@ -178,4 +178,4 @@ def write_density_report(out: Path, command: str, settings: dict, tables: dict) 
         lines += [f"## {titles[name]}", "", _markdown(frame), ""]
     (out / "report.md").write_text("\n".join(lines), encoding="utf-8")
     manifest = {"command": command, "settings": settings, "tables": sorted(tables)}
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=2), encoding="utf-8")
+    (out / "manifest.json").write_text(strict_json.dumps(manifest, indent=2), encoding="utf-8")

@@ -19,13 +19,13 @@ from __future__ import annotations
 import base64
 import datetime as _dt
 import html
-import json
-from dataclasses import asdict, dataclass, field, is_dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from chexretrieve import strict_json
 from chexretrieve.evaluation import figures as F
 from chexretrieve.evaluation.runner import RetrievalRun
 from chexretrieve.evaluation.runtime import runtime_table
@@ -70,16 +70,6 @@ class EvaluationReport:
     extra_tables: dict[str, pd.DataFrame] = field(default_factory=dict)  # title -> table
     protocol: str = ""  # the Protocol paragraph from the settings used (protocol_text); "": generic
     interval_text: str = ""  # the Intervals paragraph likewise
-
-
-def _json_default(value: Any) -> Any:
-    if is_dataclass(value):
-        return asdict(value)
-    if isinstance(value, Path):
-        return str(value)
-    if isinstance(value, tuple | set):
-        return list(value)
-    return str(value)
 
 
 def table2_frames(report: EvaluationReport):
@@ -410,9 +400,7 @@ def write_report(report: EvaluationReport, out_dir: str | Path) -> dict[str, Pat
         "settings": report.settings,
         "figures": [name for name, _, _ in figures],
     }
-    (out / "manifest.json").write_text(
-        json.dumps(manifest, indent=2, default=_json_default), encoding="utf-8"
-    )
+    (out / "manifest.json").write_text(strict_json.dumps(manifest, indent=2), encoding="utf-8")
     return {
         "markdown": out / "report.md",
         "html": out / "report.html",

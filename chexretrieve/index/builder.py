@@ -392,6 +392,7 @@ class IndexBuilder:
             return self._measure(manifest, name, top_ks)
 
     def _measure(self, manifest: Manifest, name: str, top_ks: Sequence[int]) -> Manifest:
+        from chexretrieve.search.calibration import calibration_fields
         from chexretrieve.search.service import SearchRequest, SearchService
 
         entry = manifest.entries[name]
@@ -414,7 +415,7 @@ class IndexBuilder:
                                     case_id=int(gallery.image_ids[0]))  # fmt: skip
             measured = service.measure_calibration(request, top_k, nearest)
             found[str(top_k)] = {
-                "fields": None if measured is None else dataclasses.asdict(measured),
+                "fields": None if measured is None else calibration_fields(measured),
                 "rows": manifest.rows,
                 "labels": labels_digest(codes),
                 "labels_revision": manifest.content.get("labels_changed"),

@@ -269,7 +269,7 @@ class ArchiveIndex:
 
     def calibration(self, gallery, geometry, key, spec, anchor_set, finding, top_k):
         """(known, RankCalibration or None): known False asks the service to measure it."""
-        from chexretrieve.search.calibration import RankCalibration
+        from chexretrieve.search.calibration import calibration_from_fields
 
         name, entry = self._entry(gallery, key)
         if name is None:
@@ -285,9 +285,8 @@ class ArchiveIndex:
             if fields is None:
                 return True, None
             try:
-                return True, RankCalibration(**{k: tuple(v) if isinstance(v, list) else v
-                                                for k, v in fields.items()})  # fmt: skip
-            except TypeError:  # written by another version of the calibration
+                return True, calibration_from_fields(fields)
+            except ValueError:  # written by another version of the calibration, or not sane
                 pass
         if len(gallery) <= self.config.prepare_in_request_below or self.jobs is None:
             return False, None

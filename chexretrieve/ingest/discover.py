@@ -8,6 +8,11 @@ from pathlib import Path
 
 from chexretrieve.ingest.config import IngestConfig
 
+#: files with no ending that public data sets ship beside their images (MIMIC-CXR-JPG's
+#: IMAGE_FILENAMES, PhysioNet's RECORDS, ...): skipped like a file with another ending, not
+#: taken for an unreadable DICOM (which made `ingest --strict` fail on an intact download)
+COMPANION_FILES = frozenset({"IMAGE_FILENAMES", "RECORDS", "LICENSE", "README", "SHA256SUMS"})
+
 
 @dataclass(frozen=True)
 class Candidate:
@@ -30,7 +35,8 @@ def discover_files(paths: list[str | os.PathLike[str]], config: IngestConfig) ->
     as are files whose ending is not in ``config.extensions`` and, unless
     ``config.follow_symlinks``, symbolic links to files outside the folder. Files with no ending,
     or a numeric one (UID-named files such as ``1.2.840.113619.2.55.3.1``), are taken: DICOM
-    files often look like that. Each file appears once even if two arguments overlap.
+    files often look like that, except the companion files data sets ship (``COMPANION_FILES``).
+    Each file appears once even if two arguments overlap.
     ValueError names a path that does not exist.
     """
     if not paths:
@@ -72,6 +78,8 @@ def _leaves(path: Path, root: Path, config: IngestConfig) -> bool:
 
 def _has_wanted_ending(name: str, endings: tuple[str, ...]) -> bool:
     lowered = name.lower()
+    if name in COMPANION_FILES:
+        return False
     if "." not in lowered or lowered.rsplit(".", 1)[1].isdigit():
         return True
     return lowered.endswith(endings)

@@ -2,9 +2,10 @@
 
 Policy (stored as given; evaluation decides how to use them): 1 = positive, 0 = negative,
 -1 = uncertain, blank = not mentioned (stored as NULL, read back as NaN). Columns that are not one
-of the 13 findings (Sex, Age, Frontal/Lateral, AP/PA, No Finding) are ignored. The split of a row
-is its ``Split`` column when there is one, else the first component of its Path that is ``train``,
-``valid``/``validation`` or ``test`` (CheXpert's layout), else none.
+of the 13 findings (Sex, Age, Frontal/Lateral, AP/PA, No Finding) are ignored, except one that
+nearly spells a finding (``Pleural Efusion``): the file is refused, naming the finding meant. The
+split of a row is its ``Split`` column when there is one, else the first component of its Path
+that is ``train``, ``valid``/``validation`` or ``test`` (CheXpert's layout), else none.
 
 Matching a file to a row (paths compared with '/' separators, whole components only):
 1. the row's Path equals the file's path relative to the folder argument it was found under;
@@ -18,15 +19,22 @@ A file matching no row stays unlabelled; rows matching no file are counted in th
 from __future__ import annotations
 
 import csv
+import difflib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from chexretrieve.datasets.tables import open_text
-from chexretrieve.findings import canonical_finding
+from chexretrieve.findings import FINDINGS, canonical_finding
 
 SPLIT_NAMES = {"train": "train", "valid": "valid", "validation": "valid", "validate": "valid",
                "test": "test"}  # fmt: skip
+#: columns of the public label files that are not findings (CheXpert, CheXpert's test
+#: groundtruth.csv, MIMIC-CXR-JPG's tables), compared lower-case: never taken for misspelt findings
+KNOWN_OTHER_COLUMNS = frozenset(
+    {"sex", "age", "frontal/lateral", "ap/pa", "no finding", "study", "subject id", "study id",
+     "dicom id", "viewposition", "view position", "split"}
+)  # fmt: skip
 #: unmatched files that may trigger a scan of all rows to learn a new path prefix
 MAX_PREFIX_SCANS = 20
 
@@ -152,6 +160,7 @@ def _classify_columns(source: Path, header: list[str]) -> dict:
         try:
             finding = canonical_finding(name)
         except ValueError:
+            _refuse_misspelt_finding(source, name)
             ignored.append(name)
             continue
         if finding in findings.values():
@@ -168,6 +177,25 @@ def _classify_columns(source: Path, header: list[str]) -> dict:
         "findings": findings,
         "ignored": tuple(ignored),
     }
+
+
+def _refuse_misspelt_finding(source: Path, name: str) -> None:
+    """A column that is no finding but nearly spells one (``Pleural Efusion``) is a typo, not a
+    column to ignore: ingesting the rest would silently leave that finding unlabelled."""
+    key = _key(name)
+    if key in KNOWN_OTHER_COLUMNS:
+        return
+    close = difflib.get_close_matches(key, [_key(f) for f in FINDINGS], n=1, cutoff=0.8)
+    if close:
+        meant = next(f for f in FINDINGS if _key(f) == close[0])
+        raise ValueError(
+            f"labels file {source} has a column {name!r}, which is not a finding; did you mean "
+            f"{meant!r}? Rename the column (nothing was ingested)"
+        )
+
+
+def _key(name: str) -> str:
+    return " ".join(name.strip().lower().replace("_", " ").replace("-", " ").split())
 
 
 def _parse_row(source: Path, line: int, header: list[str], record: list[str], columns: dict):

@@ -63,6 +63,9 @@ class IngestReport:
     # "unchanged" (a re-ingest's report of what it corrected)
     changes: collections.Counter = field(default_factory=collections.Counter)
     outcomes: list[Outcome] = field(default_factory=list)
+    # patients of the store with images in more than one split: (how many, a few examples as
+    # (patient id, its splits)); an evaluation across those splits refuses them
+    patients_in_several_splits: tuple[int, tuple] = (0, ())
 
     @property
     def counts(self) -> dict[str, int]:
@@ -101,6 +104,9 @@ class IngestReport:
                 name: self.changes.get(name, 0)
                 for name in ("labels", "splits", "metadata", "unchanged")
             },
+            "byte_identical_copies": self.changes.get("copies", 0),
+            "copies_in_another_split": self.changes.get("copies in another split", 0),
+            "patients_in_several_splits": self.patients_in_several_splits[0],
             "files": [asdict(o) for o in self.outcomes],
         }
 
@@ -423,6 +429,8 @@ def _finish(run: _Run, report: IngestReport, started: float, status: str) -> Non
     report.finished_at = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     if run.labels is not None:
         report.unmatched_label_rows = run.labels.unmatched_rows
+    if status == "completed" and hasattr(run.store, "patients_in_several_splits"):
+        report.patients_in_several_splits = run.store.patients_in_several_splits()
     try:
         run.store.finish_run(report.run_id, status, report.counts)
     except Exception:  # noqa: BLE001 - the original error matters more

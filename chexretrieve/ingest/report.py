@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from chexretrieve import strict_json
 from chexretrieve.ingest.pipeline import IngestReport
 
 #: what each ingest-level reason code means (reader codes are in chexretrieve.dicom.errors)
@@ -17,14 +17,49 @@ INGEST_REASONS = {
 }
 
 
+#: the summary table's words for each outcome (the JSON report keeps the short names)
+OUTCOME_WORDS = {
+    "ingested": "ingested (new images: decoded, embedded, stored)",
+    "embedded": "embedding added (images stored before)",
+    "already-present": "already stored (nothing new)",
+    "rejected": "rejected (reasons below)",
+    "conflict": "conflict with a stored image (reasons below)",
+}
+
+
 def write_report(report: IngestReport, path: str | Path) -> Path:
     """Write the JSON report (every file with its outcome and reason); returns the path."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     temporary = target.with_name(target.name + ".partial")
-    temporary.write_text(json.dumps(report.to_dict(), indent=2) + "\n", encoding="utf-8")
+    temporary.write_text(strict_json.dumps(report.to_dict(), indent=2) + "\n", encoding="utf-8")
     temporary.replace(target)
     return target
+
+
+def data_set_warnings(report: IngestReport) -> list[str]:
+    """Plain lines on what the data set's files do to the archive: byte-identical copies (the
+    image keeps its first file's split) and patients in several splits."""
+    lines = []
+    copies = report.changes.get("copies", 0)
+    if copies:
+        other = report.changes.get("copies in another split", 0)
+        example = next(o for o in report.outcomes if o.detail and "byte-identical" in o.detail)
+        verb = "is a byte-identical copy" if copies == 1 else "are byte-identical copies"
+        where = f" ({other} meant for another split)" if other else ""
+        lines.append(
+            f"{copies} file{'s' if copies != 1 else ''} {verb} of an image stored from another "
+            f"file{where}; e.g. {example.path}: {example.detail}"
+        )
+    count, examples = report.patients_in_several_splits
+    if count:
+        named = "; ".join(f"{p}: {', '.join(splits)}" for p, splits in examples)
+        lines.append(
+            f"{count} patient{' has' if count == 1 else 's have'} images in two or more splits "
+            f"({named}{'; ...' if count > len(examples) else ''}); an evaluation across those "
+            "splits refuses them unless --allow-patient-overlap"
+        )
+    return lines
 
 
 def render_summary(report: IngestReport, console) -> None:  # noqa: ANN001
@@ -44,7 +79,8 @@ def render_summary(report: IngestReport, console) -> None:  # noqa: ANN001
     table.add_column("outcome")
     table.add_column("files", justify="right")
     for name, count in counts.items():
-        table.add_row(name, str(count))
+        if count or (name == "ingested" and not total):  # no row of zeros to puzzle over
+            table.add_row(OUTCOME_WORDS[name], str(count))
     if report.skipped_files:
         table.add_row("[dim]skipped (other endings, hidden)[/dim]", str(report.skipped_files))
     console.print(table)
@@ -68,13 +104,15 @@ def render_summary(report: IngestReport, console) -> None:  # noqa: ANN001
             soft_wrap=True,
         )
     changes = report.changes
-    if sum(changes.values()):
+    if sum(changes.get(k, 0) for k in ("labels", "splits", "metadata", "unchanged")):
         console.print(
             f"images already stored: {changes.get('labels', 0)} labels changed, "
             f"{changes.get('splits', 0)} splits changed, {changes.get('metadata', 0)} other "
             f"data-set fields changed, {changes.get('unchanged', 0)} unchanged",
             soft_wrap=True,
         )
+    for line in data_set_warnings(report):
+        console.print(f"[yellow]{escape(line)}[/yellow]", soft_wrap=True)
     console.print(
         f"encoder {escape(report.encoder_id)} -> {escape(report.database)}", soft_wrap=True
     )

@@ -11,6 +11,8 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
+from chexretrieve import strict_json
+
 EXIT_STRICT, EXIT_FATAL = 1, 2
 
 
@@ -101,10 +103,8 @@ def run_dicomweb_ingest(
         soft_wrap=True,
     )
     if report_path is not None:
-        import json
-
         report_path.parent.mkdir(parents=True, exist_ok=True)
-        report_path.write_text(json.dumps(summary, indent=2, default=str))
+        report_path.write_text(strict_json.dumps(summary, indent=2))
         console.print(f"report: {report_path}")
     if report.status != "completed":
         return fatal(report.message)

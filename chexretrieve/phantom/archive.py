@@ -228,8 +228,12 @@ def write_archive(
     archive: ArchiveConfig,
     phantom: PhantomConfig,
     progress: Callable[[int], None] | None = None,
+    on_case: Callable[[dict[str, list]], None] | None = None,
 ) -> dict[str, object]:
-    """Generate the archive into `out`; returns the manifest. `progress(k)` after each image."""
+    """Generate the archive into `out`; returns the manifest. `progress(k)` after each image;
+    ``on_case(rows)`` with each image's CSV rows once its file is written (``rows["label"]``:
+    its labels.csv row, Path first; ``rows["report"]``: its reports.csv row), in index order,
+    while the worker processes go on generating the next ones (`make demo` ingests meanwhile)."""
     out = Path(out)
     check_output(out, archive.force)
     out.mkdir(parents=True, exist_ok=True)
@@ -241,6 +245,8 @@ def write_archive(
         dicom.append(rows["dicom"])
         if rows["split"][0] == "valid":
             valid.append(rows["valid"])
+        if on_case is not None:
+            on_case(rows)
         if progress is not None:
             progress(1)
     train = [row for row, t in zip(labels, truth, strict=True) if t[1] == "train"]

@@ -1,21 +1,40 @@
-"""A similarity that means something across queries and geometries (issue 24, defect 5): the
-chance that a result at a given rank shares the query's finding status, measured on the labelled
-archive, and whether a query is unlike every archived image.
+"""A similarity a radiologist can read (issues 24 and 34): for a result at rank r, how often a
+result at that rank has the status that matters, measured on the labelled archive; and whether a
+query is unlike every archived image.
 
-For a geometry, an anchor set and a finding, up to ``SearchConfig.calibration_queries`` archived
-images whose label of the finding is known are searched in turn (seeded sample; their own study
-excluded, as always). A case's *status* is present (label 1) or absent (0, or not mentioned, as in
-the evaluation protocol); uncertain labels (-1) are left out on both sides. At each rank r = 1..K
-the share of results whose status equals the query's is counted over the sampled queries, and
-made non-increasing in r by weighted isotonic regression (pool-adjacent-violators): a better rank
-never gets a lower chance. ``chance`` is the same share for a random pair of archived cases.
+A case's *status* for a finding is positive (label 1) or negative (label 0, or not mentioned, as
+in the evaluation protocol); uncertain labels (-1) count on neither side. For a geometry, an
+anchor set and a finding, archived images with a known status are searched in turn (a seeded
+sample, half positive and half negative where the archive allows; their own study excluded, as
+always), and three curves over ranks r = 1..K are counted:
+
+* ``positive``: over the positive queries, the share of rank-r results that are positive too;
+* ``negative``: over the negative queries, the share of rank-r results that are negative too;
+* ``any_query``: the share of rank-r results that are positive, for a query drawn at random from
+  the archive's labelled cases (the two conditional shares weighted by the archive's
+  prevalence). This is what an upload, whose status nobody knows, is shown: it claims nothing
+  about the query.
+
+Each conditional curve is made non-increasing in r by weighted isotonic regression (pool adjacent
+violators): a better rank never reads lower. The ``any_query`` mixture is left as counted (a
+positive query's curve falls and a negative query's rises with r; their mix need not be
+monotone). A result whose status is uncertain counts at its rank on neither side.
+
+The base rate each curve is read against is the archive's: ``prevalence`` (positive, among the
+labelled cases) for ``positive`` and ``any_query``, 1 - ``prevalence`` for ``negative``.
 
 "Unlike the archive": the query's highest cosine with any archived image (its own study
 excluded) is below the 1st percentile of that value over the sampled archived images.
 
-Kept on disk (the archive index), a calibration is a sealed record (``calibration_record``) and is
-read back only through ``calibration_from_record``: the install's seal over its values and inputs,
-then the values checked (``check_calibration``: chances in [0, 1], non-increasing with the rank).
+:func:`status_curves` is the statistic itself, a pure function of arrays (which statuses the
+sampled queries had and which their ranked results had), so that an archive index can compute
+the curves ahead of time from its own rankings; :func:`calibrate` samples, ranks and calls it.
+
+Kept on disk (the archive index), a calibration is written as plain fields
+(``calibration_fields``) or as a sealed record (``calibration_record``), and read back only
+through ``calibration_from_fields`` / ``calibration_from_record``: the values are checked
+(``check_calibration``: chances in [0, 1], each status's curve non-increasing with the rank), and
+a record's seal (the install's key) over its values and the inputs it was measured from.
 """
 
 from __future__ import annotations
@@ -30,6 +49,12 @@ import numpy as np
 #: sampled (at least ``MIN_QUERIES``), so a first search never scans the gallery 200 times over
 ROW_BUDGET = 20_000_000
 MIN_QUERIES = 20
+#: a status's curve is measured only on at least this many archived queries of that status
+MIN_QUERIES_PER_STATUS = 5
+#: a calibration needs at least this many archived images with a known status
+MIN_LABELLED = 10
+
+POSITIVE, NEGATIVE = 1.0, 0.0
 
 
 def queries_for(gallery_rows: int, wanted: int) -> int:
@@ -55,26 +80,139 @@ def isotonic_decreasing(values: np.ndarray, weights: np.ndarray) -> np.ndarray:
 
 
 def statuses(labels: np.ndarray) -> np.ndarray:
-    """1.0 present, 0.0 absent (label 0 or not mentioned), NaN uncertain (-1)."""
+    """1.0 positive, 0.0 negative (label 0 or not mentioned), NaN uncertain (-1)."""
     labels = np.asarray(labels, dtype=np.float64)
-    out = np.where(labels == 1, 1.0, 0.0)
+    out = np.where(labels == 1, POSITIVE, NEGATIVE)
     out[labels == -1] = np.nan
     return out
 
 
+def prevalence(status: np.ndarray) -> tuple[float, int]:
+    """(share positive among the cases with a known status, how many have one)."""
+    status = np.asarray(status, dtype=np.float64)
+    known = status[~np.isnan(status)]
+    return (float(known.mean()) if known.size else float("nan")), int(known.size)
+
+
 @dataclass(frozen=True)
-class RankCalibration:
-    # chance that the result at rank r (index r - 1) shares the query's status
+class StatusCurve:
+    """The chance, at ranks 1..K, that a result has ``status``, for queries of one kind."""
+
+    # "positive" or "negative": the status whose chance the curve gives
+    status: str
+    # chance (0..1) at rank r (index r - 1); NaN where no query had a usable result at r
     probabilities: tuple[float, ...]
     # archived queries it was measured on
     n_queries: int
-    # the same chance for a random pair of archived cases
-    chance: float
-    # 1st percentile of the archived images' highest cosine with another archived image
-    nearest_low: float
+    # the chance that a random labelled archived case has ``status`` (what to read it against)
+    base_rate: float
 
     def at(self, rank: int) -> float | None:
-        return self.probabilities[rank - 1] if 1 <= rank <= len(self.probabilities) else None
+        if not 1 <= rank <= len(self.probabilities):
+            return None
+        value = self.probabilities[rank - 1]
+        return None if np.isnan(value) else value
+
+
+@dataclass(frozen=True)
+class RankCalibration:
+    # positive queries: the chance a result at each rank is positive (None: too few measured)
+    positive: StatusCurve | None
+    # negative queries: the chance a result at each rank is negative (None: too few measured)
+    negative: StatusCurve | None
+    # a query of unknown status (an upload): the chance a result at each rank is positive
+    any_query: StatusCurve | None
+    # share of the labelled archived cases that are positive
+    prevalence: float
+    # archived cases with a known status (the denominator of ``prevalence``)
+    n_labelled: int
+    # 1st percentile of the sampled archived images' highest cosine with another archived image
+    nearest_low: float = float("nan")
+
+    @property
+    def n_queries(self) -> int:
+        return sum(c.n_queries for c in (self.positive, self.negative) if c is not None)
+
+    def curve_for(self, query_status: float | None) -> StatusCurve | None:
+        """The curve a query of ``query_status`` (1.0, 0.0, or None / NaN: unknown) is shown."""
+        if query_status is None or np.isnan(query_status):
+            return self.any_query
+        return self.positive if query_status == POSITIVE else self.negative
+
+
+def _shares(query_status, result_status, wanted: float, of_queries: float):
+    """(share of usable rank-r results whose status is ``wanted`` over the queries whose status
+    is ``of_queries``, usable results per rank, queries counted)."""
+    rows = result_status[query_status == of_queries]
+    usable = ~np.isnan(rows)
+    counted = usable.sum(axis=0).astype(np.float64)
+    hits = ((rows == wanted) & usable).sum(axis=0).astype(np.float64)
+    share = np.divide(hits, counted, out=np.full_like(hits, np.nan), where=counted > 0)
+    return share, counted, int(rows.shape[0])
+
+
+def _fitted(share: np.ndarray, counted: np.ndarray) -> np.ndarray:
+    """``share`` made non-increasing where measured (ranks no query reached stay NaN)."""
+    out = np.full_like(share, np.nan)
+    measured = counted > 0
+    if measured.any():
+        out[measured] = isotonic_decreasing(share[measured], counted[measured])
+    return out
+
+
+def status_curves(
+    query_status: np.ndarray,
+    result_status: np.ndarray,
+    archive_prevalence: float,
+    n_labelled: int,
+    nearest_low: float = float("nan"),
+) -> RankCalibration:
+    """The three curves from measured rankings: ``query_status`` (Q,) the sampled queries'
+    statuses (1 / 0), ``result_status`` (Q, K) their rank-1..K results' statuses (1 / 0; NaN:
+    uncertain, or no result at that rank)."""
+    query_status = np.asarray(query_status, dtype=np.float64).reshape(-1)
+    result_status = np.asarray(result_status, dtype=np.float64)
+    if result_status.ndim != 2 or result_status.shape[0] != query_status.shape[0]:
+        raise ValueError(
+            f"result statuses must be (queries, ranks) = ({query_status.shape[0]}, K), "
+            f"not {result_status.shape}"
+        )
+    p = float(archive_prevalence)
+    pos_share, pos_counted, n_pos = _shares(query_status, result_status, POSITIVE, POSITIVE)
+    neg_share, neg_counted, n_neg = _shares(query_status, result_status, NEGATIVE, NEGATIVE)
+    positive = negative = any_query = None
+    if n_pos >= MIN_QUERIES_PER_STATUS and pos_counted.any():
+        positive = StatusCurve("positive", _tuple(_fitted(pos_share, pos_counted)), n_pos, p)
+    if n_neg >= MIN_QUERIES_PER_STATUS and neg_counted.any():
+        negative = StatusCurve("negative", _tuple(_fitted(neg_share, neg_counted)), n_neg, 1 - p)
+    if positive is not None and negative is not None:
+        # P(result positive) = p·P(pos | positive query) + (1 - p)·(1 - P(neg | negative query))
+        mixed = p * pos_share + (1.0 - p) * (1.0 - neg_share)
+        any_query = StatusCurve("positive", _tuple(mixed), n_pos + n_neg, p)
+    return RankCalibration(positive, negative, any_query, p, int(n_labelled), float(nearest_low))
+
+
+def _tuple(values: np.ndarray) -> tuple[float, ...]:
+    return tuple(float(v) for v in values)
+
+
+def sample_queries(status: np.ndarray, n_queries: int, seed: int = 0) -> np.ndarray:
+    """Rows of up to ``n_queries`` archived queries with a known status, half positive and half
+    negative where the archive has enough of each (the rest from the other status), sorted."""
+    status = np.asarray(status, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    pos = np.flatnonzero(status == POSITIVE)
+    neg = np.flatnonzero(status == NEGATIVE)
+    n_queries = min(int(n_queries), len(pos) + len(neg))
+    take_pos = min(len(pos), max(n_queries // 2, n_queries - len(neg)))
+    take_neg = n_queries - take_pos
+    picked = np.concatenate(
+        [
+            rng.choice(pos, size=take_pos, replace=False),
+            rng.choice(neg, size=take_neg, replace=False),
+        ]
+    )
+    return np.sort(picked)
 
 
 def calibrate(
@@ -88,70 +226,128 @@ def calibrate(
     nearest_of: Callable[[int, np.ndarray], float] | None = None,
 ) -> RankCalibration | None:
     """``scores_of(image id)`` -> (scores, eligible) over the gallery rows for that archived
-    query. None when fewer than 10 images have a known status. ``nearest_of(row, eligible)``:
-    the row's highest cosine with an eligible row, when the caller scans it without copying the
-    gallery (then ``embeddings`` is not read; by default ``embeddings[eligible] @ row``)."""
+    query. None when fewer than ``MIN_LABELLED`` images have a known status.
+    ``nearest_of(row, eligible)``: the row's highest cosine with an eligible row, when the caller
+    scans it without copying the gallery (then ``embeddings`` is not read; by default
+    ``embeddings[eligible] @ row``)."""
     status = statuses(labels)
-    known = np.flatnonzero(~np.isnan(status))
-    if len(known) < 10:
+    share, n_labelled = prevalence(status)
+    if n_labelled < MIN_LABELLED:
         return None
-    rng = np.random.default_rng(seed)
-    n_queries = queries_for(len(image_ids), n_queries)
-    picked = rng.choice(known, size=min(n_queries, len(known)), replace=False)
-    same = np.zeros(top_k)
-    counted = np.zeros(top_k)
+    picked = sample_queries(status, queries_for(len(image_ids), n_queries), seed)
+    found = np.full((len(picked), int(top_k)), np.nan)
+    searched = np.zeros(len(picked), dtype=bool)
     nearest = []
     rows = np.asarray(embeddings, dtype=np.float32) if nearest_of is None else None
-    for row in picked:
+    for i, row in enumerate(picked):
         scores, eligible = scores_of(int(image_ids[row]))
         allowed = np.flatnonzero(eligible)
         if len(allowed) == 0:
             continue
         order = allowed[np.argsort(-np.asarray(scores)[allowed], kind="stable")[:top_k]]
-        found = status[order]
-        usable = ~np.isnan(found)
-        same[: len(order)] += (found == status[row]) & usable
-        counted[: len(order)] += usable
+        found[i, : len(order)] = status[order]
+        searched[i] = True
         if nearest_of is not None:
             nearest.append(float(nearest_of(int(row), np.asarray(eligible, dtype=bool))))
-            continue
-        cosines = rows[allowed] @ rows[row]
-        nearest.append(float(cosines.max()))
-    if counted.sum() == 0:
+        else:
+            nearest.append(float((rows[allowed] @ rows[row]).max()))
+    if not searched.any():
         return None
-    share = np.divide(same, counted, out=np.zeros_like(same), where=counted > 0)
-    fitted = isotonic_decreasing(share, counted)
-    present = float(np.nanmean(status))
-    return RankCalibration(
-        probabilities=tuple(float(v) for v in fitted),
-        n_queries=len(picked),
-        chance=present**2 + (1.0 - present) ** 2,
-        nearest_low=float(np.percentile(nearest, 1)) if nearest else float("nan"),
-    )
+    low = float(np.percentile(nearest, 1))
+    return status_curves(status[picked][searched], found[searched], share, n_labelled, low)
 
 
 # ------------------------------------------------------------------- kept on disk (issue 36)
 #: the seal's kind of a stored calibration
 SEAL_KIND = "rank-calibration"
+_CURVES = ("positive", "negative", "any_query")
 
 
 def check_calibration(calibration: RankCalibration) -> None:
-    """ValueError naming the first value no calibration holds: chances outside [0, 1], NaN, or
-    rising with the rank; no queries; a chance level outside [0, 1]; a cosine outside [-1, 1]."""
-    chances = np.asarray(calibration.probabilities, dtype=np.float64)
-    if chances.ndim != 1 or chances.size == 0:
-        raise ValueError(f"it holds {chances.size} chances per rank")
-    if not np.isfinite(chances).all() or (chances < 0).any() or (chances > 1).any():
-        raise ValueError("it holds chances outside [0, 1] or not finite")
-    if (np.diff(chances) > 1e-12).any():
-        raise ValueError("its chances rise with the rank (they are made non-increasing)")
-    if int(calibration.n_queries) < 1:
-        raise ValueError(f"it was measured on {calibration.n_queries} queries")
-    if not 0 <= calibration.chance <= 1:
-        raise ValueError(f"its chance level is {calibration.chance}")
+    """ValueError naming the first value no calibration holds: a chance outside [0, 1] or
+    infinite, a status's curve rising with the rank, a curve of no queries, a base rate or
+    prevalence outside [0, 1], a cosine outside [-1, 1]. NaN marks a rank no query reached."""
+    for name in _CURVES:
+        curve = getattr(calibration, name)
+        if curve is None:
+            continue
+        chances = np.asarray(curve.probabilities, dtype=np.float64)
+        if chances.ndim != 1 or chances.size == 0:
+            raise ValueError(f"its {name} curve holds {chances.size} chances per rank")
+        measured = chances[~np.isnan(chances)]
+        if np.isinf(measured).any():
+            raise ValueError(f"its {name} curve holds chances that are not finite")
+        if (measured < 0).any() or (measured > 1).any():
+            raise ValueError(f"its {name} curve holds chances outside [0, 1]")
+        if name != "any_query" and (np.diff(measured) > 1e-12).any():
+            raise ValueError(f"its {name} curve's chances rise with the rank")
+        if int(curve.n_queries) < 1:
+            raise ValueError(f"its {name} curve was measured on {curve.n_queries} queries")
+        if not 0 <= curve.base_rate <= 1:
+            raise ValueError(f"its {name} curve's base rate is {curve.base_rate}")
+    share = calibration.prevalence
+    if share == share and not 0 <= share <= 1:
+        raise ValueError(f"its prevalence is {share}")
+    if int(calibration.n_labelled) < 0:
+        raise ValueError(f"it counts {calibration.n_labelled} labelled cases")
     low = calibration.nearest_low
     if low == low and not -1 - 1e-6 <= low <= 1 + 1e-6:  # NaN: no archived query had a neighbour
         raise ValueError(f"its nearest-cosine percentile is {low}")
+
+
+def calibration_fields(calibration: RankCalibration) -> dict:
+    """The calibration as strict-JSON-ready fields (NaN written as null)."""
+
+    def number(value: float) -> float | None:
+        return None if value != value else float(value)
+
+    def curve(c: StatusCurve | None) -> dict | None:
+        if c is None:
+            return None
+        return {
+            "status": c.status,
+            "probabilities": [number(v) for v in c.probabilities],
+            "n_queries": int(c.n_queries),
+            "base_rate": number(c.base_rate),
+        }
+
+    return {
+        **{name: curve(getattr(calibration, name)) for name in _CURVES},
+        "prevalence": number(calibration.prevalence),
+        "n_labelled": int(calibration.n_labelled),
+        "nearest_low": number(calibration.nearest_low),
+    }
+
+
+def calibration_from_fields(fields: object) -> RankCalibration:
+    """The calibration of stored fields, checked (ValueError naming what is wrong)."""
+
+    def number(value: object) -> float:
+        return float("nan") if value is None else float(value)
+
+    def curve(value: object) -> StatusCurve | None:
+        if value is None:
+            return None
+        return StatusCurve(
+            status=str(value["status"]),
+            probabilities=tuple(number(v) for v in value["probabilities"]),
+            n_queries=int(value["n_queries"]),
+            base_rate=number(value["base_rate"]),
+        )
+
+    if not isinstance(fields, dict):
+        raise ValueError("the stored calibration is not a JSON object")
+    try:
+        calibration = RankCalibration(
+            *(curve(fields[name]) for name in _CURVES),
+            prevalence=number(fields["prevalence"]),
+            n_labelled=int(fields["n_labelled"]),
+            nearest_low=number(fields["nearest_low"]),
+        )
+    except (KeyError, TypeError, ValueError):
+        raise ValueError("the stored calibration lacks or mistypes a value") from None
+    check_calibration(calibration)
+    return calibration
 
 
 def calibration_record(calibration: RankCalibration, inputs: dict) -> dict:
@@ -160,7 +356,7 @@ def calibration_record(calibration: RankCalibration, inputs: dict) -> dict:
     from chexretrieve.seal import canonical_json, seal
 
     check_calibration(calibration)
-    values = _values(calibration)
+    values = calibration_fields(calibration)
     digest = hashlib.sha256(canonical_json(values)).hexdigest()
     return {**values, "seal": seal(SEAL_KIND, {"values": digest}, inputs)}
 
@@ -172,26 +368,7 @@ def calibration_from_record(record: object, inputs: dict) -> RankCalibration:
 
     if not isinstance(record, dict):
         raise ValueError("the stored calibration is not a JSON object")
-    try:
-        calibration = RankCalibration(
-            probabilities=tuple(float(v) for v in record["probabilities"]),
-            n_queries=int(record["n_queries"]),
-            chance=float(record["chance"]),
-            nearest_low=float("nan" if record["nearest_low"] is None else record["nearest_low"]),
-        )
-    except (KeyError, TypeError, ValueError):
-        raise ValueError("the stored calibration lacks or mistypes a value") from None
-    digest = hashlib.sha256(canonical_json(_values(calibration))).hexdigest()
+    values = {k: v for k, v in record.items() if k != "seal"}
+    digest = hashlib.sha256(canonical_json(values)).hexdigest()
     check_seal(record.get("seal"), SEAL_KIND, {"values": digest}, inputs)
-    check_calibration(calibration)
-    return calibration
-
-
-def _values(calibration: RankCalibration) -> dict:
-    low = calibration.nearest_low
-    return {
-        "probabilities": [float(v) for v in calibration.probabilities],
-        "n_queries": int(calibration.n_queries),
-        "chance": float(calibration.chance),
-        "nearest_low": None if low != low else float(low),
-    }
+    return calibration_from_fields(values)

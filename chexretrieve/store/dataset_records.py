@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, distinct, func, select
 
 from chexretrieve.datasets.entries import view_group_of
 from chexretrieve.findings import FINDINGS
@@ -121,10 +121,32 @@ def report_keys(conn: Connection) -> dict[str, str]:
     out: dict[str, str] = {}
     for dataset_study, study_uid, dataset_path, source_path in rows:
         key = dataset_study or study_uid
-        for name in (dataset_study, study_uid, dataset_path, source_path):
+        # the data-set path also without its release folder: CheXpert Plus names
+        # "train/patient1/study1/view1_frontal.jpg" what CheXpert lists under CheXpert-v1.0/
+        inner = dataset_path.split("/", 1)[1] if dataset_path and "/" in dataset_path else None
+        for name in (dataset_study, study_uid, dataset_path, source_path, inner):
             if name:
                 out.setdefault(name, key)
     return out
+
+
+def patients_in_several_splits(conn: Connection, examples: int) -> tuple[int, tuple]:
+    known = (Image.patient_id.is_not(None), Image.patient_id != "", Image.split.is_not(None),
+             Image.split != "")  # fmt: skip
+    several = (
+        select(Image.patient_id)
+        .where(*known)
+        .group_by(Image.patient_id)
+        .having(func.count(distinct(Image.split)) > 1)
+    )
+    count = int(conn.execute(select(func.count()).select_from(several.subquery())).scalar_one())
+    found = []
+    for (patient,) in conn.execute(several.order_by(Image.patient_id).limit(examples)):
+        rows = conn.execute(
+            select(Image.split).distinct().where(Image.patient_id == patient, *known[2:])
+        )
+        found.append((patient, tuple(sorted(r[0] for r in rows))))
+    return count, tuple(found)
 
 
 class DatasetRecords:
@@ -144,6 +166,12 @@ class DatasetRecords:
         if labels:
             frame = self._labels_table(frame.index.tolist()).reindex(frame.index).join(frame)
         return frame
+
+    def patients_in_several_splits(self, examples: int = 3) -> tuple[int, tuple]:
+        """(how many patients have images in more than one split, up to ``examples`` of them as
+        (patient id, its splits sorted)); patients and splits as the data sets give them."""
+        with self._read() as conn:
+            return patients_in_several_splits(conn, examples)
 
     # ------------------------------------------------------------------ reports
     def put_reports(self, reports: Mapping[str, tuple[str, str | None]]) -> dict[str, int]:

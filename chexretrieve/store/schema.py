@@ -357,6 +357,8 @@ class AuditAnchor(Base):
     mac: Mapped[str] = mapped_column(String(64))
     first_seen: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
+
+
 class WebSession(Base):
     """A signed-in session of `chexretrieve serve` (issue 33): kept here, not in one server's
     memory, so every server process on this store knows it and an administrator can end it."""

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import Connection, bindparam, delete, insert, select, update
 
+from chexretrieve.store.copies import find_copies
 from chexretrieve.store.records import (
     BatchItem,
     ImageRecord,
@@ -352,13 +353,17 @@ def write_items(
                 for position, image_id in to_embed
             ],
         )
-    label_changes = _write_labels(conn, {image_of[p]: items[p].labels for p in image_of})
-    new_images = set(new_ids.values())
-    stored_before = {p: i for p, i in image_of.items() if i not in new_images}
+    first_of = {image_id: position for position, image_id in new_ids.items()}
+    copies = find_copies(conn, items, image_of, first_of)
+    originals = {p: i for p, i in image_of.items() if p not in copies}
+    label_changes = _write_labels(conn, {i: items[p].labels for p, i in originals.items()})
+    stored_before = {p: i for p, i in originals.items() if i not in first_of}
     split_changes, meta_changes = write_annotations(
         conn, {i: items[p].annotation for p, i in stored_before.items() if items[p].annotation}
     )
     if changes is not None:
+        changes.update(["copies"] * len(copies))
+        changes.update(["copies in another split"] * sum(c.other_split for c in copies.values()))
         for image_id in set(stored_before.values()):
             kinds = [
                 name
@@ -382,6 +387,12 @@ def write_items(
         },
     )
     updated = {"split updated": split_changes, "metadata updated": meta_changes}
+    for position, copy in copies.items():
+        record = items[position].record
+        sop_uid = record.sop_uid if record is not None else None
+        plan.outcomes[position] = Outcome(
+            items[position].path, "already-present", None, copy.note(), sop_uid, copy.image_id
+        )
     outcomes = [
         plan.outcomes[p] or _stored_outcome(p, item, plan, new_ids, label_changes, updated)
         for p, item in enumerate(items)

@@ -7,7 +7,7 @@ lines and lines starting with ``#`` are ignored.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +17,16 @@ from chexretrieve.ui.render import esc
 
 _PREFIX = {"+": "positive", "-": "negative"}
 _SIGN = {"positive": "+", "negative": "-"}
+
+
+def signed(value: float, digits: int = 4) -> str:
+    """A signed number with one minus sign everywhere (U+2212, as typeset), never a hyphen."""
+    text = f"{value:+.{digits}f}"
+    return text.replace("-", "\u2212")
+
+
+class NeedsConfirmation(ValueError):
+    """Publishing an edit whose measured impact says it hurts: the curator confirms first."""
 
 
 def set_as_text(anchor_set) -> str:
@@ -88,6 +98,8 @@ class CurationDesk:
         # optional callable(finding): a version of the finding's set was published or reverted
         # (the archive index builds it, then serves it in place of the old one)
         self.published = published
+        # (edited set's key, the edit's sentences) -> its measured harm, for publish to confirm
+        self._hurts: dict[tuple, str] = {}
 
     def sets(self, finding: str) -> list:
         from chexretrieve.anchors import find_anchor_sets
@@ -138,6 +150,22 @@ class CurationDesk:
         summary = diff_anchor_sets(chosen, revised).summary()
         return SavedVersion(revised.key, path, summary, tuple(p.message for p in report.warnings))
 
+    def remember_hurt(self, before_key: str, after, report) -> None:
+        """Keep that the edit ``after`` of ``before_key`` measurably hurts (a fact about the
+        edit on this archive, shared by every session), for the publish confirmation."""
+        hurts = self._hurts
+        if len(hurts) >= 64:
+            hurts.pop(next(iter(hurts)))
+        hurts[(before_key, _content(after))] = (
+            f"AUPRC {report.auprc_before:.3f} → {report.auprc_after:.3f}, change "
+            f"{signed(report.delta, 3)}, 95 % interval {signed(report.delta_low, 3)} to "
+            f"{signed(report.delta_high, 3)}"
+        )
+
+    def hurt_of(self, before_key: str, after) -> str | None:
+        """The measured harm of this edit (None: not measured as hurting)."""
+        return self._hurts.get((before_key, _content(after)))
+
     def impact_markdown(
         self, before_key: str, after_key: str, geometry: str = "softmax", top_k: int = 10
     ) -> str:
@@ -177,8 +205,9 @@ class CurationDesk:
             query_ids=gallery.image_ids[is_query],
             store=self.store,
         )
-        sign = "+" if report.delta >= 0 else "−"
         name = after_name or report.after
+        if report.settled and report.delta < 0:
+            self.remember_hurt(before.key, after, report)
         lines = [
             f"**Impact of {esc(report.before)} → {esc(name)}** on {esc(report.finding)} "
             f"({esc(report.geometry)} geometry; {report.n_queries} positive 'valid' queries, "
@@ -188,9 +217,9 @@ class CurationDesk:
             "|---|---:|",
             f"| before ({esc(report.before)}) | {report.auprc_before:.4f} |",
             f"| after ({esc(name)}) | {report.auprc_after:.4f} |",
-            f"| change | {sign}{abs(report.delta):.4f} |",
-            f"| 95 % interval of the change | {report.delta_low:+.4f} to "
-            f"{report.delta_high:+.4f} |",
+            f"| change | {signed(report.delta)} |",
+            f"| 95 % interval of the change | {signed(report.delta_low)} to "
+            f"{signed(report.delta_high)} |",
             f"| cosine (no anchors) | {report.auprc_cosine:.4f} |",
             "",
             (
@@ -214,6 +243,10 @@ class CurationDesk:
                 for c in report.most_changed
             ]
         return "\n".join(lines)
+
+
+def _content(anchor_set) -> tuple:
+    return tuple(zip(anchor_set.sentences, anchor_set.polarities, strict=True))
 
 
 class DraftDesk(CurationDesk):
@@ -272,9 +305,13 @@ class DraftDesk(CurationDesk):
             return self.impact_of(self.get(previous), base, geometry)
         return self.impact_of(base, revised, geometry, after_name=f"the edit of {key}")
 
-    def publish(self, key: str, text: str, description: str = "", user: str | None = None):
+    def publish(
+        self, key: str, text: str, description: str = "", user: str | None = None,
+        confirmed: bool = False,
+    ):  # fmt: skip
         """Publish the edit as the next version of ``key``'s set id (a curator's action);
-        ValueError when ``user`` may not, or when the edit is not publishable."""
+        ValueError when ``user`` may not, or when the edit is not publishable;
+        NeedsConfirmation when its measured impact says it hurts and it is not ``confirmed``."""
         from chexretrieve.anchors import diff_anchor_sets, save_new_version
         from chexretrieve.anchors.drafts import publish_problems
         from chexretrieve.ui.roles import may_publish
@@ -286,6 +323,12 @@ class DraftDesk(CurationDesk):
         problems = publish_problems(pairs, base.finding)
         if problems:
             raise ValueError("not published: " + " · ".join(problems))
+        harm = self.hurt_of(base.key, revised)
+        if harm is not None and not confirmed:
+            raise NeedsConfirmation(
+                f"Not published yet: the impact measured for this edit says it measurably hurts "
+                f"({harm}). Publish it anyway with “Publish anyway”, or change the edit."
+            )
         newest = max((s for s in self.sets(base.finding) if s.id == base.id),
                      key=lambda s: s.version)  # fmt: skip
         if pairs == list(zip(newest.sentences, newest.polarities, strict=True)):
@@ -309,4 +352,10 @@ class DraftDesk(CurationDesk):
                      key=lambda s: s.version)  # fmt: skip
         if newest.key == chosen.key:
             raise ValueError(f"{key} is the latest version already; choose an older one")
-        return self.publish(newest.key, set_as_text(chosen), f"revert to {chosen.key}", user)
+        saved = self.publish(newest.key, set_as_text(chosen), f"revert to {chosen.key}", user,
+                             confirmed=True)  # fmt: skip
+        summary = (
+            f"a new version that restores the sentences of {chosen.key} (replacing "
+            f"{newest.key}, which stays in the history)"
+        )
+        return replace(saved, summary=summary)

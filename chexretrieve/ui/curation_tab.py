@@ -7,7 +7,7 @@ import gradio as gr
 
 from chexretrieve.findings import FINDINGS, canonical_finding
 from chexretrieve.ui.account_bar import role_note
-from chexretrieve.ui.curation import DraftDesk, sentences_html, set_as_text
+from chexretrieve.ui.curation import DraftDesk, NeedsConfirmation, sentences_html, set_as_text
 from chexretrieve.ui.events import PRIVATE, attempt, who
 from chexretrieve.ui.handlers import CaseLookup
 from chexretrieve.ui.input_limits import (
@@ -17,7 +17,7 @@ from chexretrieve.ui.input_limits import (
     capped,
 )
 from chexretrieve.ui.lookup_tab import DEFAULT_FINDING, LookupTab
-from chexretrieve.ui.render import esc
+from chexretrieve.ui.render import esc, message_html
 
 
 def build_curation_tab(
@@ -26,6 +26,8 @@ def build_curation_tab(
     """Lay out the tab and wire its events; a saved version of the search's finding is offered
     in the lookup tab's anchor-set dropdown at once."""
     with gr.Tab("Curation", id="curation"):
+        # a user whose role may not edit sees why first, above the fold (issue 34, item 7)
+        role_md = gr.HTML(elem_id="cur-role-note")
         with gr.Row(equal_height=False):
             with gr.Column(scale=1):
                 cur_finding = gr.Dropdown(
@@ -58,6 +60,10 @@ def build_curation_tab(
                         "Publish as new version", variant="primary", elem_id="cur-publish"
                     )
                     revert_btn = gr.Button("Revert to this version", elem_id="cur-revert")
+                # shown only when publish needs the curator's confirmation (a measured harm)
+                confirm_btn = gr.Button(
+                    "Publish anyway", variant="stop", visible=False, elem_id="cur-publish-anyway"
+                )
                 cur_status = gr.Markdown(elem_id="cur-status")
             with gr.Column(scale=2):
                 cur_table = gr.HTML(elem_id="cur-table")
@@ -133,14 +139,23 @@ def build_curation_tab(
         return (gr.update(choices=keys, value=saved.key), status, sentences_html(new_set),
                 search_update)  # fmt: skip
 
-    def publish(key, text, description, search_finding, request: gr.Request):
-        def act():
-            lookup.access.require(request, "edit_anchor_sets")  # the curator role, checked here
-            checked_edit(key, text, description)
-            saved = curation.publish(key, text, description, who(request))
-            return published(saved, search_finding, "Published")
+    def publishing(confirmed: bool):
+        def publish(key, text, description, search_finding, request: gr.Request):
+            hidden = gr.update(visible=False)
 
-        return attempt(act, lambda t: (gr.skip(), problem(t), gr.skip(), gr.skip()))
+            def act():
+                lookup.access.require(request, "edit_anchor_sets")  # the curator role, here
+                checked_edit(key, text, description)
+                try:
+                    saved = curation.publish(key, text, description, who(request), confirmed)
+                except NeedsConfirmation as ask:  # a measured harm: the curator decides
+                    shown = gr.update(visible=True)
+                    return (gr.skip(), problem(str(ask)), gr.skip(), gr.skip(), shown)
+                return (*published(saved, search_finding, "Published"), hidden)
+
+            return attempt(act, lambda t: (gr.skip(), problem(t), gr.skip(), gr.skip(), hidden))
+
+        return publish
 
     def revert(key, search_finding, request: gr.Request):
         def act():
@@ -152,43 +167,47 @@ def build_curation_tab(
 
     shown = [cur_table, cur_edit, impact_md, cur_status]
     cur_set.change(show_set, cur_set, shown, **PRIVATE)
+    for box in (cur_edit, cur_set):  # another edit or set: no confirmation pending any more
+        box.change(lambda: gr.update(visible=False), None, confirm_btn, **PRIVATE)
     cur_finding.input(cur_finding_changed, cur_finding, [cur_set, cur_status], **PRIVATE)
     published_outputs = [cur_set, cur_status, cur_table, search.anchor_set]
     save_btn.click(save_draft, [cur_set, cur_edit, cur_desc], cur_status, **PRIVATE)
-    publish_btn.click(publish, [cur_set, cur_edit, cur_desc, search.finding],
-                      published_outputs, **PRIVATE)  # fmt: skip
+    publish_inputs = [cur_set, cur_edit, cur_desc, search.finding]
+    publish_btn.click(publishing(False), publish_inputs, [*published_outputs, confirm_btn],
+                      **PRIVATE)  # fmt: skip
+    confirm_btn.click(publishing(True), publish_inputs, [*published_outputs, confirm_btn],
+                      **PRIVATE)  # fmt: skip
     revert_btn.click(revert, [cur_set, search.finding], published_outputs, **PRIVATE)
     impact_btn.click(impact, [cur_set, cur_edit], impact_md, **PRIVATE)
 
     def page_loaded(fnd, request: gr.Request):
         """The sets as they are now: a version saved before a reload is listed and shown. A user
-        whose role may not save sees the button disabled and why (the handler refuses anyway)."""
+        whose role may not save sees, above everything, why; the buttons disabled and the edit
+        boxes read-only (the handlers refuse anyway)."""
         note = role_note(lookup.access, request, "edit_anchor_sets")
-        button = gr.update(interactive=note is None)
+        may_edit = note is None
+        button = gr.update(interactive=may_edit)
+        role = "" if may_edit else message_html(
+            f"{note} The sets can be read and their impact measured; nothing can be changed.",
+            "info",
+        )  # fmt: skip
+        editable = gr.update(interactive=may_edit)
 
         def act():
             keys = curation.set_choices(fnd)
             key = keys[0] if keys else None
             table, edit, report, status = show_set(key)
-            if note is not None:
-                status = note
+            edit = gr.update(value=edit, interactive=may_edit) if isinstance(edit, str) else edit
             return (gr.update(choices=keys, value=key), table, edit, report, status, button,
-                    button, button)  # fmt: skip
+                    button, button, role, editable)  # fmt: skip
 
-        return attempt(
-            act,
-            lambda t: (
-                gr.skip(),
-                gr.skip(),
-                gr.skip(),
-                gr.skip(),
-                problem(t),
-                button,
-                button,
-                button,
-            ),  # fmt: skip
-        )
+        def failed(text):
+            return (gr.skip(), gr.skip(), editable, gr.skip(), problem(text), button, button,
+                    button, role, editable)  # fmt: skip
+
+        return attempt(act, failed)
 
     # save (a draft), publish and revert: all three are the curator's (disabled, with the reason)
-    app.load(page_loaded, cur_finding, [cur_set, *shown, save_btn, publish_btn, revert_btn],
+    app.load(page_loaded, cur_finding,
+             [cur_set, *shown, save_btn, publish_btn, revert_btn, role_md, cur_desc],
              **PRIVATE)  # fmt: skip

@@ -17,33 +17,46 @@ SHOWN_CONCEPTS = 2
 def _concepts(density) -> str:
     parts = []
     for share in density.concepts[:SHOWN_CONCEPTS]:
-        labels = ", ".join(share.name.labels) or "no dominant label"
-        parts.append(f"{100 * share.posterior:.0f} % component {share.name.component} ({labels})")
+        labels = " and ".join(share.name.labels) or "no one finding"
+        parts.append(f"cases mostly labelled {labels} ({100 * share.posterior:.0f} %)")
     return "; ".join(parts)
 
 
+def _share(density) -> str:
+    """'18 % of archived images are less typical of the archive than this query' in words."""
+    return (
+        f"{density.percentile:.1f} % of archived images are less typical of the archive than "
+        f"this query; a query is flagged as unlike the archive below "
+        f"{density.ood_percentile:g} %"
+    )
+
+
 def density_banner_html(density) -> str:
-    """HTML for a SearchResult's ``density`` (QueryDensity / DensityUnavailable / None)."""
+    """HTML for a SearchResult's ``density`` (QueryDensity / DensityUnavailable / None), in plain
+    words; the model's figures (log-density, component numbers) only in the hover text."""
     if density is None:
         return ""
     if not hasattr(density, "log_density"):
         return f"<div class='cx-message cx-message-info' role='status'>{esc(density.note)}</div>"
     stale = f" Note: {density.note}" if density.note else ""
-    figures = (
-        f"archive percentile {density.percentile:.1f} (log-density {density.log_density:.1f}; "
-        f"flagged below the {density.ood_percentile:g}th percentile)"
+    technical = esc(
+        f"archive density (von Mises-Fisher mixture, {density.n_components} components): "
+        f"log-density {density.log_density:.1f}, archive percentile {density.percentile:.1f}, "
+        f"flag threshold {density.threshold:.1f} ({density.ood_percentile:g}th percentile)"
     )
     if density.ood:
-        text = f"Warning: {density.message}. Its density is at the {figures}.{stale}"
+        text = f"Warning: {density.message}. {_share(density)}.{stale}"
         return (
-            "<div class='cx-message cx-message-error' role='alert' id='density-flag'>"
-            f"{esc(text)}</div>"
+            "<div class='cx-message cx-message-error' role='alert' id='density-flag' "
+            f"title='{technical}'>{esc(text)}</div>"
         )
     concepts = _concepts(density)
-    text = f"Query typicality: {figures}." + (f" Concepts: {concepts}." if concepts else "")
+    text = f"How typical of this archive: {_share(density)}, and this one is not." + (
+        f" It looks most like archived {concepts}." if concepts else ""
+    )
     return (
-        "<div class='cx-message cx-message-info' role='status' id='density-flag'>"
-        f"{esc(text + stale)}</div>"
+        "<div class='cx-message cx-message-info' role='status' id='density-flag' "
+        f"title='{technical}'>{esc(text + stale)}</div>"
     )
 
 

@@ -9,7 +9,6 @@ path ever leaves the server. Every rejection is a ``ValueError`` whose text says
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import itertools
 import os
 from collections.abc import Callable
@@ -35,13 +34,12 @@ from chexretrieve.ui.case_picker import (
     parse_case_id,
 )
 from chexretrieve.ui.density_banner import density_banner_html, result_concepts_html
+from chexretrieve.ui.filters import AGE_ANY, parse_filters  # noqa: F401 - re-exported
 from chexretrieve.ui.input_limits import (
     MAX_ANCHOR_KEY,
-    MAX_DATE_TEXT,
     MAX_FREE_TEXT,
     MAX_ID_DIGITS,
     MAX_PICKER_TEXT,
-    bounded_number,
     capped,
 )
 from chexretrieve.ui.radiology_reports import ReportTexts
@@ -57,13 +55,9 @@ from chexretrieve.ui.results_html import (
     results_html,
     similarity_legend,
 )
+from chexretrieve.ui.similarity_figure import make_figure, unlike_reason
 from chexretrieve.ui.thumbnails import ArchiveThumbnails
-from chexretrieve.ui.upload_errors import upload_message
-
-#: the age range the filter widgets start at; a bound left at its end means "no bound" (so cases
-#: of unknown age are kept until the user narrows the range)
-AGE_ANY = (0, 120)
-
+from chexretrieve.ui.upload_errors import upload_message, upload_name
 
 #: what marking a result does, said under the feedback buttons
 FEEDBACK_RULE = (
@@ -85,7 +79,7 @@ class QueryImage:
 
     # "case" (an archived image) or "upload"
     source: str
-    # how the query is named on screen ("case 12", "the uploaded image")
+    # how the query is named on screen ("case 12", "upload chest-pa.dcm": its file name)
     name: str
     # display pixels of the query preview, float32 in [0, 1]: an archived case's stored thumbnail,
     # else its file (or an upload) shrunk to ~3 thumbnails wide
@@ -145,44 +139,6 @@ class ResultsPage:
     @property
     def image_ids(self) -> tuple[int, ...]:
         return tuple(int(r.hit.image_id) for r in self.rows)
-
-
-def parse_filters(
-    views: list[str] | None,
-    sex: str | None,
-    age_min: float | None,
-    age_max: float | None,
-    date_from: str | None,
-    date_to: str | None,
-    label_known: bool,
-) -> SearchFilters:
-    """SearchFilters from the filter widgets; ValueError naming a bad date or range.
-
-    Empty values, and ages left at the ends of ``AGE_ANY``, mean no bound.
-    """
-
-    def date(value: str | None, name: str) -> dt.date | None:
-        value = capped(value, name, MAX_DATE_TEXT)
-        if not value.strip():
-            return None
-        try:
-            return dt.date.fromisoformat(str(value).strip()[:10])
-        except ValueError:
-            raise ValueError(f"{name} must be a date like 2024-03-31, not {value!r}") from None
-
-    def number(value, open_end: float, name: str) -> float | None:
-        years = bounded_number(value, name, *AGE_ANY, unit="years")
-        return None if years is None or years == open_end else years
-
-    return SearchFilters(
-        views=tuple(views or ()),
-        sex=None if not sex or sex == "any" else sex,
-        age_min=number(age_min, AGE_ANY[0], "'age from'"),
-        age_max=number(age_max, AGE_ANY[1], "'age to'"),
-        date_from=date(date_from, "'date from'"),
-        date_to=date(date_to, "'date to'"),
-        label_known=bool(label_known),
-    )
 
 
 class CaseLookup(ArchiveThumbnails):
@@ -427,7 +383,7 @@ class CaseLookup(ArchiveThumbnails):
         }
         return QueryImage(
             source="upload",
-            name="the uploaded image",
+            name=upload_name(name),
             pixels=self._display_pixels(radiograph.pixels),
             metadata=meta,
             embedding=embedding,
@@ -553,8 +509,8 @@ class CaseLookup(ArchiveThumbnails):
             cos_scores, cos_eligible = self.service.gallery_scores(base)
             base_ranks = ranks(cos_scores, cos_eligible, hit_rows)
             base_pct = percentiles(cos_scores, cos_eligible, hit_rows)
-        step(0.75, "Chance of the same status at each rank (measured once per geometry)")
-        calibration, note = self._calibration(request, settings, query, name.display)
+        step(0.75, "The chance beside each result (measured once per geometry)")
+        figure, note = self._figure(request, query, finding, result.density)
         step(0.8, "Thumbnails")
         self.prefetch_thumbnails(h.image_id for h in result.hits)
         pct = percentiles(scores, eligible, hit_rows)
@@ -566,7 +522,6 @@ class CaseLookup(ArchiveThumbnails):
                 report=self.report_texts.report_for(hit.metadata.get("source_path"), hit.image_id),
                 baseline_rank=base_ranks[i],
                 baseline_percentile=base_pct[i],
-                same_status=None if calibration is None else calibration.at(hit.rank),
             )
             for i, hit in enumerate(result.hits)
         )
@@ -577,8 +532,7 @@ class CaseLookup(ArchiveThumbnails):
             f"{finding} · {name.display}{anchors} · {result.candidates:,} candidate cases · "
             f"query: {query.name}{mixed}"
         )
-        legend = similarity_legend(name.display, result.candidates, shown_baseline, calibration,
-                                   finding)  # fmt: skip
+        legend = similarity_legend(name.display, result.candidates, shown_baseline, figure)
         if result.prior:  # which broad sets the posterior geometry's prior holds
             legend += f" Prior of {name.display}: {prior_line(result.prior)}."
         links = None
@@ -587,30 +541,32 @@ class CaseLookup(ArchiveThumbnails):
                 query.case_id is not None) else None  # fmt: skip
             links = self.viewer_links(user, query_study, [
                 (h.image_id, h.metadata.get("study_uid")) for h in result.hits])  # fmt: skip
-        if hasattr(result.density, "log_density"):
-            note = ""  # the archive density's own typicality line says it (density_banner)
         html = results_html(list(rows), title, finding, legend, selected, relevant, not_relevant,
-                            shown_baseline, next(self._serials), links, note)  # fmt: skip
+                            shown_baseline, next(self._serials), links, note,
+                            figure)  # fmt: skip
         html = density_banner_html(result.density) + html  # OOD warning / typicality line
         step(1.0, "Done")
         return ResultsPage(result, rows, title, legend, html, shown_baseline)
 
-    def _calibration(self, request, settings: SearchSettings, query: QueryImage, display: str):
-        """(the rank calibration or None, a note when the query is unlike the archive)."""
+    def _figure(self, request, query: QueryImage, finding: str, density):
+        """(the chance figure or None, a note when the query is unlike the archive and no
+        archive density speaks for it)."""
         try:
-            calibration = self.service.rank_calibration(request, settings.top_k)
+            calibration = self.service.rank_calibration(request, request.top_k)
             nearest = self.service.nearest_cosine(request)
         except ValueError:
             return None, ""
+        low = float("nan") if calibration is None else calibration.nearest_low
+        unlike = unlike_reason(density, nearest, low)
+        labels = query.labels if query.source == "case" else None
+        figure = make_figure(calibration, finding, labels, unlike)
         note = ""
-        if calibration is not None and nearest < calibration.nearest_low:
+        if unlike and not hasattr(density, "log_density"):
             note = (
-                f"{query.name[0].upper() + query.name[1:]} is unlike this archive: its closest "
-                f"archived image has cosine {nearest:.2f}, while 99 % of archived images have "
-                f"one above {calibration.nearest_low:.2f}. The ranking and its chances were "
-                "measured on archived cases and may not hold for it."
+                f"{query.name[0].upper() + query.name[1:]} is unlike this archive: {unlike}. "
+                "The ranking was learned on archived cases and may not hold for it."
             )
-        return calibration, note
+        return figure, note
 
     def explain(self, query: QueryImage | None, settings: SearchSettings, image_id: int) -> str:
         """Escaped HTML: the anchor sentences that make the query and the result close."""

@@ -123,9 +123,10 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
                 )
                 # the preview is in-page data (like the thumbnails), never a served file
                 query_image = gr.HTML(CaseLookup.query_preview_html(None), elem_id="query-image")
-                open_query_btn = gr.Button(
-                    "Open the query in the compare viewer", size="sm", elem_id="open-query"
-                )
+                open_query_btn = gr.Button(  # enabled once there is a query (new_query)
+                    "Open the query in the compare viewer", size="sm", elem_id="open-query",
+                    interactive=False,
+                )  # fmt: skip
                 query_info = gr.HTML(CaseLookup.query_details(None), elem_id="query-info")
             with gr.Column(scale=3, min_width=600):
                 message = gr.HTML(
@@ -222,7 +223,7 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
     query_outputs = [
         message, query_state, query_image, query_info, results, ids_state, selected_state,
         relevant_state, not_relevant_state, feedback_md, explanation, selected_info,
-        panel.window, panel.preset, panel.column, panel.is_open,
+        panel.window, panel.preset, panel.column, panel.is_open, open_query_btn,
     ]  # fmt: skip
 
     def new_query(query, note: str = "", fnd: str | None = None):
@@ -232,6 +233,7 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
             info, query, CaseLookup.query_preview_html(query), CaseLookup.query_details(query, fnd),
             NO_RESULTS, (), None, (), (), CaseLookup.feedback_text((), ()), NO_SELECTION, "",
             None, DEFAULT_PRESET, gr.update(visible=False), False,
+            gr.update(interactive=query is not None),
         )  # fmt: skip
 
     def load_case(value, fnd, request: gr.Request):
@@ -326,12 +328,19 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
         return run_search
 
     quiet_search, explicit_search = search(False), search(True)
-    for widget, triggers in (
-        (case_id, (load_btn.click, case_id.submit)),
-        (case_pick, (case_pick.input,)),
+
+    def pick_case(value, fnd, request: gr.Request):
+        """A case chosen in the list; the list closed without a choice changes nothing."""
+        if value is None or value == "":
+            return (gr.skip(),) * len(query_outputs)
+        return load_case(value, fnd, request)
+
+    for handler, widget, triggers in (
+        (load_case, case_id, (load_btn.click, case_id.submit)),
+        (pick_case, case_pick, (case_pick.input,)),
     ):
         for trigger in triggers:
-            trigger(load_case, [widget, finding], query_outputs, **on_query).then(
+            trigger(handler, [widget, finding], query_outputs, **on_query).then(
                 quiet_search, search_inputs, search_outputs, **on_results
             )
 

@@ -2,14 +2,16 @@
 
 - ``RESULTS_JS``: a click (or Enter) on a result card or table row highlights it and sends
   ``pick`` with its case id; the server answers with the compare viewer.
-- ``VIEWER_JS``: zoom (wheel, the +/−/Fit buttons and the + / - / 0 keys) of both images
-  together with synchronised scrolling; zoomed in, the images are asked for at their stored size
-  (``resolution``). Shift-drag pans; a drag on one image windows that image only (left/right =
-  width, up/down = centre, in its own pixel values) with a live preview by an SVG linear
-  transfer; the exact images follow from the server, sent a ``window`` (the pane, a dragged or
-  typed centre / width) or a ``preset`` (a preset button: each image on its own values). While
-  the viewer is open it keeps the keyboard focus: Tab and Shift-Tab cycle through its controls
-  and never reach the page behind it; Escape closes it.
+- ``VIEWER_JS``: zoom (wheel, the +/−/Fit/1:1 buttons and the + / - / 0 / 1 keys) of both
+  images together about the middle of the view, with synchronised scrolling; the label reads each
+  image's true scale (stored pixels per screen pixel), 1:1 shows each at one stored pixel per
+  screen pixel; zoomed in, the images are asked for at their stored size (``resolution``).
+  Shift-drag pans; a drag on one image windows that image only (left/right = width, up/down =
+  centre, in its own pixel values) with a live preview by an SVG linear transfer; the exact
+  images follow from the server, sent a ``window`` (the pane, a dragged or typed centre / width)
+  or a ``preset`` (a preset button: each image on its own values). While the viewer is open it
+  keeps the keyboard focus: Tab and Shift-Tab cycle through its controls and never reach the
+  page behind it; Escape closes it.
 No data leaves the page but a case id or a window; nothing is fetched from elsewhere.
 """
 
@@ -45,7 +47,10 @@ if (!element.dataset.cxBound) {
 VIEWER_JS = r"""
 if (!element.dataset.cxBound) {
   element.dataset.cxBound = '1';
-  let zoom = 1;
+  // zoom: 'fit' (each image fitted to its pane), 'rel' (both at `factor` times their fitted
+  // size: the same anatomy in both panes) or 'abs' (both at `factor` stored pixels per screen
+  // pixel; 1 = 1:1); the label reads each image's true scale
+  let zoom = {mode: 'fit', factor: 1};
   let drag = null;
   let syncing = false;
   let askedFull = false;
@@ -69,42 +74,86 @@ if (!element.dataset.cxBound) {
     document.body.appendChild(svg);
   }
   const frames = () => Array.from(element.querySelectorAll('.cx-pane-frame'));
-  const wantFull = () => zoom > 1;
-  const applyZoom = () => {
+  const wantFull = () => zoom.mode !== 'fit';
+  const storedSize = (img) => {  // in the image's stored pixels, whichever resolution is shown
+    const stored = (img.dataset.stored || '').split('x').map(Number);
+    return stored.length === 2 && stored[0] > 0 ? stored :
+      [Number(img.getAttribute('width')), Number(img.getAttribute('height'))];
+  };
+  const fitOf = (img) => {
+    const frame = img.parentElement;
+    const natural = storedSize(img);
+    return Math.min(frame.clientWidth / natural[0], frame.clientHeight / natural[1]);
+  };
+  const scaleOf = (img) => zoom.mode === 'abs' ? zoom.factor :
+    fitOf(img) * (zoom.mode === 'rel' ? zoom.factor : 1);
+  const percent = (value) => (value >= 10 ? value.toFixed(0) : value.toPrecision(2)) + ' %';
+  const centreOf = (frame) => [
+    (frame.scrollLeft + frame.clientWidth / 2) / Math.max(1, frame.scrollWidth),
+    (frame.scrollTop + frame.clientHeight / 2) / Math.max(1, frame.scrollHeight),
+  ];
+  let lastCentres = null;  // where each view was centred (kept across a re-render)
+  const applyZoom = (kept) => {
+    // the point at the middle of each view stays there (a zoom never slides to a corner)
+    const centres = kept || frames().map(centreOf);
+    const scales = [];
     element.querySelectorAll('.cx-view-img').forEach((img) => {
-      if (zoom === 1) {  // fit: CSS (object-fit: contain) keeps the aspect ratio
+      const scale = scaleOf(img);
+      if (!(scale > 0)) return;
+      scales.push([img.closest('.cx-pane').dataset.side, scale]);
+      if (zoom.mode === 'fit') {  // fit: CSS (object-fit: contain) keeps the aspect ratio
         img.classList.remove('cx-zoomed');
         for (const key of ['width', 'height', 'maxWidth', 'maxHeight']) img.style[key] = '';
         return;
       }
-      const frame = img.parentElement;
-      // sizes are in the image's stored pixels, whichever resolution is on screen now
-      const stored = (img.dataset.stored || '').split('x').map(Number);
-      const natural = stored.length === 2 && stored[0] > 0 ? stored :
-        [Number(img.getAttribute('width')), Number(img.getAttribute('height'))];
-      const fit = Math.min(frame.clientWidth / natural[0], frame.clientHeight / natural[1]);
-      if (!(fit > 0)) return;
+      const natural = storedSize(img);
       img.classList.add('cx-zoomed');
       img.style.maxWidth = 'none';
       img.style.maxHeight = 'none';
-      img.style.width = Math.max(1, natural[0] * fit * zoom) + 'px';
-      img.style.height = Math.max(1, natural[1] * fit * zoom) + 'px';
+      img.style.width = Math.max(1, natural[0] * scale) + 'px';
+      img.style.height = Math.max(1, natural[1] * scale) + 'px';
     });
+    syncing = true;
+    frames().forEach((frame, i) => {
+      const [cx, cy] = centres[i] || [0.5, 0.5];
+      frame.scrollLeft = cx * frame.scrollWidth - frame.clientWidth / 2;
+      frame.scrollTop = cy * frame.scrollHeight - frame.clientHeight / 2;
+    });
+    syncing = false;
+    lastCentres = zoom.mode === 'fit' ? null : centres;
     const label = element.querySelector('.cx-zoom-level');
-    if (label) label.textContent = Math.round(zoom * 100) + '%';
+    if (label && scales.length) {
+      const same = scales.every(([, v]) => Math.abs(v / scales[0][1] - 1) < 0.01);
+      const text = same ? percent(100 * scales[0][1]) :
+        scales.map(([side, v]) => side + ' ' + percent(100 * v)).join(' · ');
+      label.textContent = (zoom.mode === 'fit' ? 'fit · ' : '') + text;
+    }
     const reduced = element.querySelector('.cx-view-img[data-reduced="1"]');
-    if (zoom > 1 && reduced && !askedFull) {  // zoomed in: the stored pixels, once per render
+    if (wantFull() && reduced && !askedFull) {  // zoomed in: the stored pixels, once per render
       askedFull = true;
       trigger('resolution', {full: true});
     }
   };
-  const setZoom = (value) => {
-    zoom = Math.min(8, Math.max(1, value));
+  const zoomBy = (step) => {
+    if (zoom.mode === 'fit') zoom = {mode: 'rel', factor: 1};
+    const factor = zoom.factor * step;
+    if (zoom.mode === 'rel') {
+      zoom = factor <= 1.0001 ? {mode: 'fit', factor: 1} :
+        {mode: 'rel', factor: Math.min(8, factor)};
+    } else {
+      zoom = {mode: 'abs', factor: Math.min(16, Math.max(0.05, factor))};
+    }
     applyZoom();
   };
-  // the page-wide keys (+ / - / 0) zoom this viewer
-  window.__cxViewerZoom = (how) =>
-    setZoom(how === 'in' ? zoom * 1.5 : how === 'out' ? zoom / 1.5 : 1);
+  // the page-wide keys (+ / - / 0 / 1) zoom this viewer
+  window.__cxViewerZoom = (how) => {
+    if (how === 'in') zoomBy(1.5);
+    else if (how === 'out') zoomBy(1 / 1.5);
+    else {
+      zoom = how === 'actual' ? {mode: 'abs', factor: 1} : {mode: 'fit', factor: 1};
+      applyZoom();
+    }
+  };
   const syncScroll = (source) => {
     if (syncing) return;
     syncing = true;
@@ -120,6 +169,7 @@ if (!element.dataset.cxBound) {
   element.addEventListener('scroll', (event) => {
     if (event.target.classList && event.target.classList.contains('cx-pane-frame')) {
       syncScroll(event.target);
+      if (zoom.mode !== 'fit') lastCentres = frames().map(centreOf);
     }
   }, true);
   const typedWindow = (pane) => {
@@ -150,12 +200,14 @@ if (!element.dataset.cxBound) {
     }
   });
   element.addEventListener('load', (event) => {
-    if (event.target.classList && event.target.classList.contains('cx-view-img')) applyZoom();
+    if (event.target.classList && event.target.classList.contains('cx-view-img')) {
+      applyZoom(lastCentres);
+    }
   }, true);
   element.addEventListener('wheel', (event) => {
     if (!event.target.closest('.cx-pane-frame')) return;
     event.preventDefault();
-    setZoom(zoom * (event.deltaY < 0 ? 1.25 : 0.8));
+    zoomBy(event.deltaY < 0 ? 1.25 : 0.8);
   }, {passive: false});
   const number = (value) => Math.abs(value) >= 100 ? value.toFixed(0) : value.toPrecision(4);
   const preview = (pane, center, width) => {  // only the pane being dragged changes
@@ -215,7 +267,7 @@ if (!element.dataset.cxBound) {
   element.addEventListener('pointercancel', release);
   watch('value', () => {
     askedFull = false;
-    applyZoom();
+    applyZoom(lastCentres);  // new pixels (a window, full resolution): the same place in view
     const overlay = document.getElementById('viewer');
     const box = element.querySelector('.cx-viewer');
     if (box && overlay && overlay.getClientRects().length > 0 &&
@@ -252,7 +304,8 @@ if (!element.dataset.cxBound) {
         return;
       }
       const typing = event.target.matches && event.target.matches('input, textarea, select');
-      const zoomKey = {'+': 'in', '=': 'in', '-': 'out', '_': 'out', '0': 'fit'}[event.key];
+      const zoomKey = {'+': 'in', '=': 'in', '-': 'out', '_': 'out', '0': 'fit',
+                       '1': 'actual'}[event.key];
       if (zoomKey && !typing && !event.ctrlKey && !event.metaKey && window.__cxViewerZoom) {
         event.preventDefault();
         window.__cxViewerZoom(zoomKey);

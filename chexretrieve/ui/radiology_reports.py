@@ -77,8 +77,9 @@ class ReportTexts:
         self._by_image: dict[int, str | None] = {}
         self._lock = threading.Lock()
         self._configured: dict[str, str] | None = None
-        self._by_folder: dict[Path, dict[str, str] | None] = {}
-        self._by_source: dict[str, str | None] = {}  # answers already found, by source path
+        # folder -> ((mtime, size) of its reports file or None, the file's table or None)
+        self._by_folder: dict[Path, tuple] = {}
+        self._by_source: dict[str, str] = {}  # reports already found, by source path
 
     def _configured_reports(self) -> dict[str, str]:
         if self._configured is None:
@@ -89,14 +90,22 @@ class ReportTexts:
         return self._configured
 
     def _folder_reports(self, folder: Path) -> dict[str, str] | None:
-        if folder not in self._by_folder:
-            candidate = folder / REPORTS_FILE
+        """The folder's reports file, read again when it appears or changes (an archive still
+        being written, as `make demo`'s, grows its reports.csv while the server runs)."""
+        candidate = folder / REPORTS_FILE
+        try:
+            info = candidate.stat()
+            version = (info.st_mtime_ns, info.st_size) if candidate.is_file() else None
+        except OSError:
+            version = None
+        cached = self._by_folder.get(folder)
+        if cached is None or cached[0] != version:
             try:
-                table = read_reports_csv(candidate) if candidate.is_file() else None
+                table = read_reports_csv(candidate) if version is not None else None
             except (OSError, ValueError):
                 table = None  # not a reports file of this layout: ignored
-            self._by_folder[folder] = table
-        return self._by_folder[folder]
+            self._by_folder[folder] = cached = (version, table)
+        return cached[1]
 
     def report_for(self, source_path: str | None, image_id: int | None = None) -> str | None:
         """The report of image ``image_id`` (the store's), else of the image read from
@@ -114,7 +123,8 @@ class ReportTexts:
             if source_path in self._by_source:
                 return self._by_source[source_path]
             found = self._find(source_path)
-            self._by_source[source_path] = found
+            if found is not None:  # "none yet" is asked again: a reports file may appear
+                self._by_source[source_path] = found
             return found
 
     def _find(self, source_path: str) -> str | None:

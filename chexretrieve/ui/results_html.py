@@ -26,6 +26,7 @@ from chexretrieve.ui.render import (
     format_text,
     label_word,
 )
+from chexretrieve.ui.similarity_figure import chance_legend
 
 #: report text shown in a results-table cell before it is cut (the full text is in the viewer)
 REPORT_EXCERPT_CHARS = 160
@@ -62,9 +63,6 @@ class ResultRow:
     # rank and percentile of the same case under plain cosine (the optional baseline column)
     baseline_rank: int | None = None
     baseline_percentile: float | None = None
-    # chance (0..1) that a result at this rank shares the query's finding status, measured on
-    # the labelled archive (chexretrieve.search.calibration); None = not measurable here
-    same_status: float | None = None
 
 
 def percentiles(scores: np.ndarray, eligible: np.ndarray, rows: Iterable[int]) -> list[float]:
@@ -90,15 +88,15 @@ def ranks(scores: np.ndarray, eligible: np.ndarray, rows: Iterable[int]) -> list
     ]
 
 
-def format_chance(value: float | None) -> str:
-    return "—" if value is None or not math.isfinite(value) else f"{100 * value:.0f} %"
-
-
-def _similarity(row: ResultRow) -> str:
-    """What a result's similarity reads: the calibrated chance, else the percentile."""
-    if row.same_status is not None:
-        return format_chance(row.same_status)
-    return format_percentile(row.percentile)
+def _similarity(row: ResultRow, figure) -> tuple[str, str, str]:
+    """(text, hover text, extra CSS class) of a result's similarity: the chance of the page's
+    figure (chexretrieve.ui.similarity_figure), greyed when withheld, else the percentile."""
+    percentile = f"percentile {format_percentile(row.percentile)}"
+    if figure is None:
+        return format_percentile(row.percentile), percentile, ""
+    rank = int(row.hit.rank)
+    withheld = " cx-sim-withheld" if figure.withheld else ""
+    return figure.cell(rank), f"{figure.title(rank)}; {percentile}", withheld
 
 
 def format_percentile(value: float | None) -> str:
@@ -108,7 +106,8 @@ def format_percentile(value: float | None) -> str:
 
 
 def _chip(word: str) -> str:
-    return f"<span class='cx-label cx-{word}'>{word}</span>"
+    # "not mentioned" -> class cx-not-mentioned (a space made it two classes: no chip drawn)
+    return f"<span class='cx-label cx-{word.replace(' ', '-')}'>{word}</span>"
 
 
 def _mark(image_id: int, relevant: set[int], not_relevant: set[int]) -> str:
@@ -141,10 +140,13 @@ def results_html(
     serial: int = 0,
     viewer_links: Mapping[int, str] | None = None,
     note: str = "",
+    figure=None,
 ) -> str:
     """Cards and table of one ranking (escaped); ``selected`` is highlighted in both. ``serial``
     numbers the answers of one server (``data-serial``: a new answer is told from an identical
-    earlier one). ``viewer_links``: image id -> its "Open in viewer" link (OHIF, a new tab)."""
+    earlier one). ``viewer_links``: image id -> its "Open in viewer" link (OHIF, a new tab).
+    ``figure``: the chance beside each result (chexretrieve.ui.similarity_figure.ChanceFigure);
+    None shows percentiles."""
     links = dict(viewer_links or {})
     relevant, not_relevant = set(relevant), set(not_relevant)
     root = f"<div class='cx-results' data-serial='{int(serial)}'>"
@@ -162,6 +164,7 @@ def results_html(
         label = label_word(hit.labels.get(finding))
         mark = _mark(image_id, relevant, not_relevant)
         link = _viewer_link(links.get(image_id), image_id)
+        sim, sim_title, sim_class = _similarity(row, figure)
         cards.append(
             f"<div class='cx-card-cell'>"
             f"<button type='button' class='cx-card{state}' data-case='{image_id}' "
@@ -169,9 +172,8 @@ def results_html(
             f"title='Compare case {image_id} with the query'>"
             f"<img src='{row.thumbnail_uri}' alt='case {image_id}' draggable='false'>"
             f"<span class='cx-card-text'><b>#{hit.rank}</b> case {image_id}{mark}</span>"
-            f"<span class='cx-card-text'><span class='cx-sim' title='percentile "
-            f"{format_percentile(row.percentile)}'>{_similarity(row)}</span> "
-            f"{_chip(label)}</span></button>"
+            f"<span class='cx-card-text'><span class='cx-sim{sim_class}' "
+            f"title='{esc(sim_title)}'>{esc(sim)}</span> {_chip(label)}</span></button>"
             f"{link}</div>"
         )
         m = hit.metadata
@@ -190,8 +192,8 @@ def results_html(
         lines.append(
             f"<tr class='cx-row{state}' data-case='{image_id}' tabindex='0'>"
             f"<td>{hit.rank}{mark}</td><td>{image_id}</td>"
-            f"<td class='cx-num' title='percentile {format_percentile(row.percentile)}, raw "
-            f"score {esc(format_score(hit.score))}'>{_similarity(row)}</td>{baseline_cell}"
+            f"<td class='cx-num cx-sim{sim_class}' title='{esc(sim_title)}, raw score "
+            f"{esc(format_score(hit.score))}'>{esc(sim)}</td>{baseline_cell}"
             f"<td>{esc(format_text(m.get('view_position')))}</td>"
             f"<td>{esc(format_text(m.get('patient_sex')))}</td>"
             f"<td>{esc(format_age(m.get('patient_age_years')))}</td>"
@@ -200,45 +202,31 @@ def results_html(
             f"<td class='cx-text cx-report' title='{esc(report)}'>{esc(excerpt) or '—'}</td>"
             f"{f'<td>{link}</td>' if links else ''}</tr>"
         )
-    calibrated = bool(rows) and rows[0].same_status is not None
-    heads = ["#", "case", "same status" if calibrated else "similarity"]
+    heads = ["#", "case", "similarity" if figure is None else figure.heading]
     heads += ["cosine (baseline)"] if baseline else []
     heads += ["view", "sex", "age", "date", finding, "report"] + (["viewer"] if links else [])
     head = "".join(f"<th>{esc(h)}</th>" for h in heads)
     return (
         f"{root}<div class='cx-results-title'>{esc(title)}</div>"
         + (f"<p class='cx-note cx-unlike' role='status'>{esc(note)}</p>" if note else "")
+        + f"<p class='cx-legend'>{esc(legend)}</p>"
         + f"<div class='cx-cards'>{''.join(cards)}</div>"
         f"<div class='cx-table-wrap'><table class='cx-hits cx-result-table'><thead><tr>{head}"
-        f"</tr></thead><tbody>{''.join(lines)}</tbody></table></div>"
-        f"<p class='cx-legend'>{esc(legend)}</p></div>"
+        f"</tr></thead><tbody>{''.join(lines)}</tbody></table></div></div>"
     )
 
 
-def similarity_legend(
-    geometry_display: str, candidates: int, baseline: bool, calibration=None, finding: str = ""
-) -> str:
-    """What the similarity numbers mean (plain text)."""
-    if calibration is not None:
+def similarity_legend(geometry_display: str, candidates: int, baseline: bool, figure=None) -> str:
+    """What the similarity numbers mean (plain text): the page's chance figure
+    (chexretrieve.ui.similarity_figure), else the percentile."""
+    if figure is not None:
+        text = chance_legend(figure, geometry_display, candidates)
+    else:
         text = (
-            f"Same status: the chance that a result at that rank has the query's {finding} "
-            f"status (present, or absent / not mentioned), measured under {geometry_display} on "
-            f"{calibration.n_queries} labelled archived cases searched the same way; a random "
-            f"archived case has it {100 * calibration.chance:.0f} % of the time. It is about the "
-            "rank, not the pair (hover a number for the case's percentile among the "
-            f"{candidates:,} candidates and its raw score)."
+            f"Similarity: the percentile of a case among the {candidates:,} candidate cases "
+            f"under {geometry_display}: 100 = more similar to the query than every other "
+            "candidate, 50 = a typical case (hover a number for the raw score, which has no unit)."
         )
-        if baseline:
-            text += (
-                " Cosine (baseline): the rank and percentile the same case has under plain cosine "
-                "similarity of the embeddings, which ignores the finding."
-            )
-        return text
-    text = (
-        f"Similarity: the percentile of a case among the {candidates:,} candidate cases under "
-        f"{geometry_display}: 100 = more similar to the query than every other candidate, 50 = a "
-        "typical case (hover a number for the raw score, which has no unit)."
-    )
     if baseline:
         text += (
             " Cosine (baseline): the rank and percentile the same case has under plain cosine "

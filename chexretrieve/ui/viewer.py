@@ -161,10 +161,13 @@ def _tools(preset: str | None) -> str:
         "<button type='button' data-zoom='out' title='Zoom out (-)'>−</button>"
         "<button type='button' data-zoom='fit' title='Fit both images (0)'>Fit</button>"
         "<button type='button' data-zoom='in' title='Zoom in (+)'>+</button>"
-        "<span class='cx-zoom-level'>100%</span></div>"
+        "<button type='button' data-zoom='actual' title='One stored pixel per screen pixel (1)'>"
+        "1:1</button>"
+        "<span class='cx-zoom-level' title='stored pixels shown per screen pixel'>fit</span></div>"
         "<span class='cx-note'>Drag on an image: left/right = its width, up/down = its centre; "
-        "wheel or +/− zooms both (full resolution when zoomed in); Shift-drag pans; Tab stays "
-        "in the viewer; Esc closes.</span></div>"
+        "wheel or +/− zooms both about the middle of the view (full resolution when zoomed in); "
+        "the zoom reads the true scale of each image's stored pixels; Shift-drag pans; Tab "
+        "stays in the viewer; Esc closes.</span></div>"
     )
 
 

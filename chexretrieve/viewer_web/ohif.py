@@ -11,7 +11,9 @@ that folder with three things of ours in place of OHIF's own:
   "investigational use" dialog, no other data source;
 - the webpack public path of OHIF's bundles and the ``url(/...)`` of its stylesheets, built for
   ``/``, are served as ``/viewer/``; the 1 x 2 stage of OHIF's ``@ohif/hpCompare`` hanging
-  protocol gets the id ``2x1`` so that the "Open in viewer" link can ask for it.
+  protocol gets the id ``2x1`` so that the "Open in viewer" link can ask for it; the study
+  browser lists the link's studies in the link's order (the query, then the result);
+- the viewports' top right corner shows the image's sex, age and view.
 
 Files OHIF ships but a locked-down, offline deployment does not use (service worker, Google and
 OIDC scripts, source maps, deployment files) are not served. Every page gets a Content Security
@@ -45,6 +47,23 @@ _PUBLIC_PATH = '__webpack_require__.p = "/";'
 #: ask for its 1 x 2 stage (``stageid=2x1``); the bundle that holds it is served with the id
 _COMPARE_MARK = b"id: '@ohif/hpCompare'"
 _COMPARE_STAGE = (b"}, {\n    name: '2x1',\n", b"}, {\n    id: '2x1',\n    name: '2x1',\n")
+#: OHIF's study browser lists the studies of the link newest first, so a result newer than the
+#: query was listed above it although the left viewport is the query: the studies of the link are
+#: listed in the link's order (the query first), the others after them, newest first
+_STUDY_ORDER_MARK = b"function createStudyBrowserTabs(primaryStudyInstanceUIDs"
+_STUDY_ORDER = (
+    (
+        b"  // Newest first\n  const _byDate = (a, b) => {",
+        b"  const _linked = s => { const i = primaryStudyInstanceUIDs.indexOf(s.studyInstanceUid);"
+        b" return i < 0 ? primaryStudyInstanceUIDs.length : i; };\n"
+        b"  // Newest first\n  const _byDate = (a, b) => {",
+    ),
+    (
+        b".sort((studyA, studyB) => _byDate(studyA.date, studyB.date))",
+        b".sort((studyA, studyB) => _linked(studyA) - _linked(studyB) ||"
+        b" _byDate(studyA.date, studyB.date))",
+    ),
+)
 _TYPES = {".js": "text/javascript", ".mjs": "text/javascript", ".wasm": "application/wasm",
           ".css": "text/css", ".woff2": "font/woff2", ".json": "application/json",
           ".jsonc": "application/json", ".svg": "image/svg+xml"}  # fmt: skip
@@ -104,7 +123,20 @@ window.config = {{
   routerBasename: '{PREFIX}',
   extensions: [],
   modes: [],
-  customizationService: {{}},
+  customizationService: {{
+    // the corners say what a radiologist reads first: sex and age, the view (DICOM's own
+    // PatientSex, PatientAge, ViewPosition of the image shown)
+    'viewportOverlay.topRight': {{ $set: [
+      {{ id: 'SexAge', inheritsFrom: 'ohif.overlayItem', label: '', title: 'Sex and age',
+        condition: ({{ referenceInstance: r }}) => r && (r.PatientSex || r.PatientAge),
+        contentF: ({{ referenceInstance: r }}) => [r.PatientSex,
+          /^0*(\\d+)Y$/.test(r.PatientAge || '') ? Number(/^0*(\\d+)Y$/.exec(r.PatientAge)[1])
+            + ' years' : r.PatientAge].filter(Boolean).join(' ') }},
+      {{ id: 'View', inheritsFrom: 'ohif.overlayItem', label: 'View ', title: 'View position',
+        condition: ({{ referenceInstance: r }}) => r && r.ViewPosition,
+        contentF: ({{ referenceInstance: r }}) => r.ViewPosition }},
+    ] }},
+  }},
   showStudyList: false,
   investigationalUseDialog: {{ option: 'never' }},
   maxNumberOfWebWorkers: 2,
@@ -220,5 +252,8 @@ class OhifSite:
                     )
                     if _COMPARE_MARK in text:
                         text = text.replace(*_COMPARE_STAGE)
+                    if _STUDY_ORDER_MARK in text:
+                        for old, new in _STUDY_ORDER:
+                            text = text.replace(old, new)
                 self._patched[target] = text
             return self._patched[target]

@@ -175,10 +175,17 @@ def write_mimic_label_files(root: Path) -> dict[str, Path]:
 
 
 def write_mimic_jpg(root: Path) -> Path:
-    """``root`` = mimic-cxr-jpg/2.0.0: label files + files/p10/p<subject>/s<study>/<dicom>.jpg."""
+    """``root`` = mimic-cxr-jpg/2.0.0: label files + files/p10/p<subject>/s<study>/<dicom>.jpg,
+    and the companion files PhysioNet ships beside them: IMAGE_FILENAMES (one image path a line,
+    no ending), LICENSE.txt and SHA256SUMS.txt."""
+    names = []
     for seed, (dicom_id, subject, study) in enumerate(MIMIC_IMAGES, start=11):
-        write_jpeg(root / f"files/p{subject[:2]}/p{subject}/s{study}/{dicom_id}.jpg", seed)
+        names.append(f"files/p{subject[:2]}/p{subject}/s{study}/{dicom_id}.jpg")
+        write_jpeg(root / names[-1], seed)
     write_mimic_label_files(root)
+    (root / "IMAGE_FILENAMES").write_text("\n".join(names) + "\n")
+    (root / "LICENSE.txt").write_text("PhysioNet Credentialed Health Data License 1.5.0\n")
+    (root / "SHA256SUMS.txt").write_text("".join(f"{'0' * 64} {n}\n" for n in names))
     return root
 
 

@@ -10,6 +10,8 @@ import math
 
 import pytest
 from dataset_fakes import (
+    CHEXPERT_HEADER,
+    CHEXPERT_TRAIN,
     D1,
     D2,
     D3,
@@ -182,6 +184,17 @@ def test_mimic_cxr_jpg_as_shipped_with_gz_files_and_label_choice(tmp_path, test_
     assert frame.loc[path[D2], "Atelectasis"] == 1.0
 
 
+def test_an_intact_mimic_cxr_jpg_download_passes_strict(tmp_path, test_encoders):
+    """Issue 34, item 16: its own IMAGE_FILENAMES was counted as a rejected non-DICOM file."""
+    root = write_mimic_jpg(tmp_path / "mimic-cxr-jpg" / "2.0.0")
+    result = ingest(str(root), "--db", f"sqlite:///{tmp_path / 's.sqlite'}", "--strict")
+    assert result.exit_code == 0, result.output
+    assert "IMAGE_FILENAMES" not in result.output
+    assert "rejected" not in result.output and "ingested (new images" in result.output
+    with open_store(f"sqlite:///{tmp_path / 's.sqlite'}") as store:
+        assert store.count_images() == 5
+
+
 def test_mimic_cxr_dicom_with_the_jpg_label_files_and_reports(tmp_path, test_encoders):
     root = write_mimic_dicom(tmp_path / "mimic-cxr" / "2.0.0")
     labels = write_mimic_label_files(tmp_path / "jpg")
@@ -301,3 +314,106 @@ def test_a_part_of_a_data_set_is_ingested_with_the_root_found_above_it(tmp_path,
     frame = by_path(url)
     assert list(frame.index) == [f"files/p10/p10000764/s57375967/{D4}.jpg"]
     assert frame.iloc[0]["split"] == "test" and frame.iloc[0]["Edema"] == 1.0
+
+
+@pytest.mark.parametrize("batch_size", ["1", "64"])
+def test_a_copy_in_another_split_keeps_the_first_and_is_said_as_is_a_patient_in_two_splits(
+    tmp_path, test_encoders, batch_size
+):
+    """Issue 34, item 17: a byte-identical image in train and valid was merged into one stored
+    image whose split and data-set path came from different files ("6 splits changed" on a fresh
+    ingest); a patient in two splits went unmentioned until the evaluation refused it."""
+    import shutil
+
+    root = write_chexpert(tmp_path)
+    first = CHEXPERT_TRAIN[0][0]
+    copy = f"{S}/valid/patient64542/study1/view1_frontal.jpg"
+    (tmp_path / copy).parent.mkdir(parents=True)
+    shutil.copyfile(tmp_path / first, tmp_path / copy)
+    with open(root / "valid.csv", "a", encoding="utf-8") as handle:
+        handle.write(f"{copy},Male,50,Frontal,AP" + ",0.0" * 14 + "\n")
+    url = f"sqlite:///{tmp_path / 's.sqlite'}"
+    result = ingest(str(root), "--db", url, "--batch-size", batch_size)
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "splits changed" not in text  # nothing was stored before this fresh ingest
+    assert "1 file is a byte-identical copy of an image stored from another file (1 meant for " in (
+        text
+    )
+    assert "which is in split train; this file's split valid was not applied" in text
+    assert "1 patient has images in two or more splits (patient00003: train, valid)" in text
+    frame = by_path(url)
+    relative = first
+    assert frame.loc[relative, "split"] == "train"  # the first file's, with its own path
+    assert not any("patient64542" in p for p in frame.index)
+    again = ingest(str(root), "--db", url)  # a re-ingest changes nothing
+    assert "0 splits changed" in " ".join(again.output.split())
+    assert by_path(url).loc[relative, "split"] == "train"
+
+
+def test_chexpert_official_test_labels_groundtruth_csv_keyed_by_study(tmp_path, test_encoders):
+    """Issue 34, item 19: the test set's groundtruth.csv (one row per Study) was not read."""
+    root = write_chexpert(tmp_path)
+    study = "test/patient64741/study1"
+    write_jpeg(root / study / "view1_frontal.jpg", 81)
+    write_jpeg(root / study / "view2_lateral.jpg", 82)
+    write_jpeg(root / "test/patient64742/study1/view1_frontal.jpg", 83)
+    header = ["Study", *CHEXPERT_HEADER[5:]]  # No Finding, then the 13 observations
+    cells = {name: "0" for name in header[1:]}
+    cells.update({"Edema": "1", "Pleural Effusion": "1"})
+    lines = [",".join(header), ",".join([study, *(cells[c] for c in header[1:])]),
+             ",".join(["test/patient64742/study1", *("0" for _ in header[1:])])]  # fmt: skip
+    (root / "test").mkdir(exist_ok=True)
+    (root / "test" / "groundtruth.csv").write_text("\n".join(lines) + "\n")
+    url = f"sqlite:///{tmp_path / 's.sqlite'}"
+    result = ingest(str(root), "--db", url)
+    assert result.exit_code == 0, result.output
+    assert "test/groundtruth.csv" in " ".join(result.output.split())
+    frame = by_path(url)
+    for view in ("view1_frontal.jpg", "view2_lateral.jpg"):  # every image of the study
+        row = frame.loc[f"{study}/{view}"]
+        assert (row["split"], row["patient_id"], row["study_id"]) == (
+            "test", "patient64741", "patient64741/study1",
+        )  # fmt: skip
+        assert (row["Edema"], row["Pleural Effusion"], row["Cardiomegaly"]) == (1.0, 1.0, 0.0)
+    assert frame.loc[f"{study}/view2_lateral.jpg", "view_group"] == "lateral"
+    assert frame.loc["test/patient64742/study1/view1_frontal.jpg", "Edema"] == 0.0
+
+
+def test_chexpert_plus_reports_are_stored_per_study(tmp_path, test_encoders):
+    """CheXpert Plus's df_chexpert_plus_240401.csv (path_to_image, report, ...) as a reports CSV
+    over a CheXpert ingest: each report reaches its image's study."""
+    root = write_chexpert(tmp_path)
+    columns = ["path_to_image", "path_to_dcm", "frontal_lateral", "ap_pa", "deid_patient_id",
+               "patient_report_date_order", "report", "section_findings", "section_impression",
+               "age", "sex", "race", "ethnicity", "split"]  # fmt: skip
+    image = CHEXPERT_TRAIN[3][0].removeprefix(f"{S}/")  # train/patient00003/study1/...
+    text = "FINDINGS: Small left pleural effusion. IMPRESSION: Small left effusion."
+    row = [image, image.replace(".jpg", ".dcm"), "Frontal", "PA", "patient00003", "1", text,
+           "Small left pleural effusion.", "Small left effusion.", "41", "Male", "White",
+           "Non-Hispanic/Non-Latino", "train"]  # fmt: skip
+    plus = tmp_path / "df_chexpert_plus_240401.csv"
+    with plus.open("w", newline="", encoding="utf-8") as handle:
+        import csv
+
+        writer = csv.writer(handle)
+        writer.writerows([columns, row])
+    url = f"sqlite:///{tmp_path / 's.sqlite'}"
+    result = ingest(str(root), "--db", url, "--reports", str(plus))
+    assert result.exit_code == 0, result.output
+    assert "reports: 1 new" in " ".join(result.output.split())
+    with open_store(url) as store:
+        ids = store.dataset_frame().reset_index().set_index("dataset_path")["image_id"]
+        assert store.report_for_image(int(ids[CHEXPERT_TRAIN[3][0]])) == text
+
+
+def test_the_data_set_guide_queries_mimic_on_its_test_split_and_names_chexpert_test_files():
+    from pathlib import Path
+
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "datasets.md").read_text()
+    commands = [
+        line for line in guide.splitlines() if line.startswith("chexretrieve eval retrieval")
+    ]
+    mimic = [c for c in commands if "mimic" in c]
+    assert mimic and all("--query-split test" in c for c in mimic), mimic
+    assert "groundtruth.csv" in guide and "CheXpert Plus" in guide

@@ -117,3 +117,16 @@ def test_bad_labels_file_exits_two_with_its_line(tmp_path, archive, test_encoder
                     "stand-in", "--labels", str(csv_path))  # fmt: skip
     assert result.exit_code == 2
     assert "labels.csv:2: column 'Edema' has 'maybe'" in " ".join(result.output.split())
+
+
+def test_a_misspelt_finding_column_is_refused_naming_the_finding_meant(tmp_path, archive,
+                                                                      test_encoders):  # fmt: skip
+    """Issue 34, item 14: 'Pleural Efusion' was dropped silently and the rest applied (exit 0)."""
+    csv_path = tmp_path / "labels.csv"
+    csv_path.write_text("Path,Sex,Edema,Pleural Efusion\ntrain/a.dcm,F,1,1\n")
+    url = f"sqlite:///{tmp_path / 's.sqlite'}"
+    result = ingest(str(archive), "--db", url, "--encoder", "stand-in", "--labels", str(csv_path))
+    assert result.exit_code == 2
+    text = " ".join(result.output.split())
+    assert "'Pleural Efusion', which is not a finding; did you mean 'Pleural Effusion'?" in text
+    assert not (tmp_path / "s.sqlite").exists() or len(open_store(url).images_frame()) == 0

@@ -104,3 +104,23 @@ def test_matching_rules(tmp_path):
     assert table.match(root / "view9.dcm", root) is None
     assert table.match(root / "train/p7/s1/view1.dcm", root) is None
     assert table.unmatched_rows == 2
+
+
+@pytest.mark.parametrize(
+    ("column", "meant"),
+    [("Pleural Efusion", "Pleural Effusion"), ("Cardiomegally", "Cardiomegaly"),
+     ("pneumothrax", "Pneumothorax"), ("Support Device", "Support Devices"),
+     ("Lung_Opacities", "Lung Opacity")],
+)  # fmt: skip
+def test_a_column_that_nearly_spells_a_finding_is_refused(tmp_path, column, meant):
+    with pytest.raises(ValueError, match=f"did you mean '{meant}'"):
+        read_label_csv(write_csv(tmp_path, ["a.dcm,1,1"], header=f"Path,Edema,{column}"))
+
+
+def test_the_public_files_other_columns_are_still_ignored(tmp_path):
+    """CheXpert's train/valid CSVs, its test groundtruth.csv and MIMIC-CXR-JPG's tables name
+    columns that are no findings; none of them is taken for a misspelt one."""
+    header = "Path,Study,Sex,Age,Frontal/Lateral,AP/PA,No Finding,subject_id,study_id,dicom_id,"
+    header += "ViewPosition,Comment,Edema"
+    table = read_label_csv(write_csv(tmp_path, ["a.dcm" + ",x" * 11 + ",1"], header=header))
+    assert table.rows[0].labels["Edema"] == 1.0 and "Comment" in table.ignored_columns

@@ -3,8 +3,10 @@
     .venv/bin/python tests/ui/make_screenshots.py [--work DIR] [--n 300]
 
 Builds (or reuses, in ``--work``) a phantom archive ingested with the bundled phantom encoder,
-serves the UI on a free loopback port and drives headless Chromium through six screens (landing,
-results, compare viewer, explanation, curation, evaluation) at 1920x1080 and 1280x720. PNGs are
+serves the UI on a free loopback port and drives headless Chromium through the screens (landing,
+results, the results of an archived positive query, an archived negative query, an upload and an
+upload unlike the archive (RG3, an extremity film), compare viewer, explanation, curation,
+evaluation) at 1920x1080 and 1280x720. PNGs are
 reduced to a 128-colour palette (the page is grey images and a few UI colours) and optimised.
 Not a test: nothing is asserted beyond the screens appearing (the browser tests check behaviour).
 """
@@ -47,6 +49,24 @@ def build_world(work: Path, n: int) -> str:
     return url
 
 
+def upload_files(work: Path) -> dict[str, Path]:
+    """Two uploads: a phantom the archive does not hold (another seed), and pydicom-data's RG3, a
+    real extremity film (unlike a chest archive)."""
+    from chexretrieve.dicom import pydicom_test_file
+    from chexretrieve.phantom.archive import write_archive
+    from chexretrieve.phantom.config import ArchiveConfig, PhantomConfig
+
+    other = work / "upload-phantom"
+    if not other.exists():
+        write_archive(other, ArchiveConfig(n=1, seed=77, workers=1), PhantomConfig())
+    phantom = next(other.rglob("*.dcm"))
+    named = work / "new-patient-chest.dcm"
+    shutil.copyfile(phantom, named)
+    extremity = work / "extremity-film.dcm"
+    shutil.copyfile(pydicom_test_file("RG3_UNCR.dcm"), extremity)
+    return {"upload": named, "unlike": extremity}
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -65,7 +85,48 @@ def save_png(page, path: Path) -> None:
     print(f"{path.relative_to(REPO)}: {path.stat().st_size / 1024:.0f} kB")
 
 
-def drive(url: str, query_case: int) -> None:
+def _results_shown(page, before: str) -> None:
+    """Wait for a new answer in the results area, nothing running; the results at the top of the
+    window (the typicality line, the title, the legend, the cards)."""
+    page.wait_for_function(
+        "(prev) => { const e = document.querySelector('#results');"
+        " const r = e && e.querySelector('.cx-results[data-serial]');"
+        " const busy = e && e.querySelector('[data-testid=status-tracker]:not(.hide)');"
+        " return r && r.outerHTML !== prev && r.querySelector('.cx-card') && !busy; }",
+        arg=before,
+    )
+    page.evaluate(
+        "() => { const e = document.querySelector('#results');"
+        " window.scrollTo(0, e.getBoundingClientRect().top + window.scrollY - 8); }"
+    )
+    page.wait_for_timeout(300)
+
+
+def _answer(page) -> str:
+    return page.evaluate(
+        "() => { const r = document.querySelector('#results .cx-results');"
+        " return r ? r.outerHTML : ''; }"
+    )
+
+
+def figure_screens(page, tag: str, cases: dict[str, int], uploads: dict[str, Path]) -> None:
+    """The results page's chance beside each result for the four kinds of query (issue 34)."""
+    for name in ("negative", "positive"):  # the positive query stays for the screens after
+        before = _answer(page)
+        page.evaluate("() => window.scrollTo(0, 0)")
+        page.fill("#case-id textarea, #case-id input", str(cases[name]))
+        page.click("#load-case")
+        _results_shown(page, before)
+        save_png(page, OUT / f"results-{name}-{tag}.png")
+    for name, path in uploads.items():
+        before = _answer(page)
+        page.evaluate("() => window.scrollTo(0, 0)")
+        page.set_input_files("#upload input[type=file]", str(path))
+        _results_shown(page, before)
+        save_png(page, OUT / f"results-{name}-{tag}.png")
+
+
+def drive(url: str, query_case: int, cases: dict[str, int], uploads: dict[str, Path]) -> None:
     from playwright.sync_api import sync_playwright
 
     OUT.mkdir(parents=True, exist_ok=True)
@@ -89,6 +150,13 @@ def drive(url: str, query_case: int) -> None:
             page.locator("#results").scroll_into_view_if_needed()
             page.evaluate("() => window.scrollTo(0, 0)")
             save_png(page, OUT / f"results-{tag}.png")
+            figure_screens(page, tag, cases, uploads)
+            page.evaluate("() => window.scrollTo(0, 0)")
+            before = _answer(page)
+            page.fill("#case-id textarea, #case-id input", str(query_case))
+            page.click("#load-case")
+            _results_shown(page, before)
+            page.evaluate("() => window.scrollTo(0, 0)")
 
             page.locator("#results .cx-card").nth(0).click()
             page.wait_for_selector("#viewer .cx-pane[data-side='result'] .cx-view-img")
@@ -161,8 +229,11 @@ def main() -> None:
 
     store = open_store(url)
     found = store.find_cases(finding="Pleural Effusion", status="positive", limit=5)
+    negative = store.find_cases(finding="Pleural Effusion", status="negative", limit=5)
     store.close()
     query_case = found.cases[0].image_id if found.cases else 1
+    cases = {"positive": query_case, "negative": negative.cases[0].image_id}
+    uploads = upload_files(work)
     config = UIConfig(
         db_url=url,
         port=_free_port(),
@@ -174,7 +245,7 @@ def main() -> None:
     app = build_app(lookup, curation, config)
     launch_app(app, config, block=False)
     try:
-        drive(f"http://127.0.0.1:{config.port}/", query_case)
+        drive(f"http://127.0.0.1:{config.port}/", query_case, cases, uploads)
     finally:
         app.close(verbose=False)
 

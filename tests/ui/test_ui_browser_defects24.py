@@ -310,12 +310,12 @@ def test_defect_5_similarity_is_a_measured_chance_and_an_unlike_query_is_flagged
             "#results tbody tr td:nth-child(3)", "cs => cs.map(c => c.innerText)"
         )
     ]
-    assert len(cells) == 12 and all(re.fullmatch(r"\d+ %", c) for c in cells)
+    assert len(cells) == 12 and all(re.fullmatch(r"\d+ % (positive|negative)", c) for c in cells)
     chances = [int(c.split()[0]) for c in cells]
     assert chances == sorted(chances, reverse=True)  # a better rank never reads lower
     assert len(set(chances)) > 1 or chances[0] < 100  # not the 99.6-100 of percentiles
     legend = page.inner_text("#results .cx-legend")
-    assert "labelled archived cases" in legend and "random archived case" in legend
+    assert "labelled archived cases" in legend and "For comparison" in legend
     assert page.locator("#results .cx-unlike").count() == 0  # an archived case is like it
     before = _results_html(page)
     page.set_input_files("#upload input[type=file]", str(world["root"] / "hostile.dcm"))
@@ -326,3 +326,5 @@ def test_defect_5_similarity_is_a_measured_chance_and_an_unlike_query_is_flagged
         "#results .cx-unlike, #results #density-flag", "es => es.map(e => e.innerText)"
     )
     assert any("is unlike this archive" in f or f.startswith("Warning") for f in flags), flags
+    legend = page.inner_text("#results .cx-legend")  # and no chance under the flag (issue 34)
+    assert legend.startswith("No chances are shown: the query is unlike the archive")

@@ -120,7 +120,7 @@ def test_an_extremity_upload_is_flagged_unlike_the_archive_and_audited(page, wor
     page.keyboard.press("Enter")
     page.wait_for_selector("#results #density-flag")
     typical = _flag_text(page)
-    assert "Query typicality" in typical and OOD_TEXT not in typical
+    assert "How typical of this archive" in typical and OOD_TEXT not in typical
     assert page.locator("#results [role=alert]#density-flag").count() == 0
     before = _results_html(page)
     page.set_input_files("#upload input[type=file]", str(world["root"] / "extremity-RG3.dcm"))
@@ -128,7 +128,7 @@ def test_an_extremity_upload_is_flagged_unlike_the_archive_and_audited(page, wor
     flag = page.locator("#results #density-flag")
     assert flag.is_visible()
     text = _flag_text(page)
-    assert OOD_TEXT in text and "archive percentile 0.0" in text
+    assert OOD_TEXT in text and "0.0 % of archived images are less typical" in text
     assert flag.get_attribute("role") == "alert"
     _shot(page, "density-ood-upload")
     records = [

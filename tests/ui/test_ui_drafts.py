@@ -57,7 +57,7 @@ def test_a_draft_is_not_published_and_is_measured_against_its_base(anchors_dir, 
     impact = desk.draft_impact(base.key, kept)
     assert "**Impact of pleural_effusion.a@1 → the edit of pleural_effusion.a@1**" in impact
     row = next(line for line in impact.splitlines() if line.startswith("| 95 % interval"))
-    low, high = (float(v) for v in row.split("|")[2].split(" to "))
+    low, high = (float(v.replace("−", "-")) for v in row.split("|")[2].split(" to "))
     change = next(line for line in impact.splitlines() if line.startswith("| change"))
     delta = float(change.split("|")[2].strip().replace("−", "-"))
     assert low <= delta <= high

@@ -328,7 +328,7 @@ def test_upload_png_is_embedded_deleted_and_never_finds_its_own_pixels(lookup, t
     np.testing.assert_allclose(query.embedding, expected, atol=1e-6)
     page = lookup.search(query, SearchSettings(FINDING, "cosine"))
     assert 4 not in page.image_ids  # its own image is not a result (issue 15, defect 1)
-    assert "Query: the uploaded image" in lookup.query_details(query)
+    assert "Query: upload upload.png" in lookup.query_details(query)  # its file name (issue 34)
 
 
 def test_upload_of_a_non_image_is_refused_in_the_words_of_an_upload(lookup, tmp_path):

@@ -289,3 +289,56 @@ def test_viewer_and_dicomweb_sit_behind_the_apps_login(world, browser_page):
         context.close()
     finally:
         app.close(verbose=False)
+
+
+def _overlay_text(value: str | None, age: str | None) -> str:
+    """The top right corner written out here: sex, then the age in years from PatientAge."""
+    years = f"{int(age[:-1])} years" if age and age.endswith("Y") else age
+    return " ".join(v for v in (value, years) if v)
+
+
+def test_the_study_list_starts_with_the_query_and_the_corners_name_sex_age_and_view(
+    browser_page, served
+):
+    """Issue 34, item 12: OHIF listed the newer result above the query (the left viewport), and
+    its corners showed only the date and the window."""
+    import pydicom
+
+    headers = {i: pydicom.dcmread(p, stop_before_pixels=True) for i, p in served["paths"].items()}
+    query = min(headers, key=lambda i: str(headers[i].StudyDate))  # the oldest study: RG1
+    page = browser_page["page"]
+    load_case(page, query)
+    shown = page.eval_on_selector_all(
+        "#results tr[data-case]", "rows => rows.map(r => Number(r.dataset.case))"
+    )
+    result = max(shown, key=lambda i: str(headers[i].StudyDate))  # newer: listed first before
+    assert str(headers[result].StudyDate) > str(headers[query].StudyDate)
+    tab, _ = open_pair(page, query, result, served["url"])
+    try:
+        dates = tab.eval_on_selector_all(
+            "[data-cy='studyBrowser-panel'] [data-cy='study-browser-thumbnail']",
+            "items => items.map(e => e.getBoundingClientRect().y)",
+        )
+        assert len(dates) == 2
+        panel = tab.inner_text("[data-cy='studyBrowser-panel']")
+
+        def shown_date(header) -> str:
+            import datetime as dt
+
+            return dt.datetime.strptime(str(header.StudyDate), "%Y%m%d").strftime("%d-%b-%Y")
+
+        first, second = shown_date(headers[query]), shown_date(headers[result])
+        assert panel.index(first) < panel.index(second), panel
+        corners = tab.eval_on_selector_all(
+            "[data-cy='viewport-overlay-top-right']",
+            "es => es.sort((a, b) => a.getBoundingClientRect().x - b.getBoundingClientRect().x)"
+            ".map(e => e.innerText.replace(/\\s+/g, ' ').trim())",
+        )
+        assert len(corners) == 2
+        for corner, case in zip(corners, (query, result), strict=True):
+            header = headers[case]
+            assert _overlay_text(header.get("PatientSex"), header.get("PatientAge")) in corner
+            assert f"View {header.ViewPosition}" in corner
+    finally:
+        tab.close()
+    assert browser_page["outside"] == [] and browser_page["failed"] == []

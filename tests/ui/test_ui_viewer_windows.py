@@ -221,7 +221,7 @@ def test_rg1_beside_a_phantom_and_full_resolution_on_zoom(page, served):
     page.click("#viewer .cx-viewer")
     page.keyboard.press("+")
     page.wait_for_function(
-        "() => document.querySelector('#viewer .cx-zoom-level').innerText === '150%'"
+        "() => !document.querySelector('#viewer .cx-zoom-level').innerText.startsWith('fit')"
     )
     query_img = "#viewer .cx-pane[data-side='query'] .cx-view-img[data-reduced='0']"
     page.wait_for_selector(query_img)
@@ -232,8 +232,35 @@ def test_rg1_beside_a_phantom_and_full_resolution_on_zoom(page, served):
     np.testing.assert_array_equal(full["sent"], voi(values, *full["window"], invert))
     page.keyboard.press("-")
     page.wait_for_function(
-        "() => document.querySelector('#viewer .cx-zoom-level').innerText === '100%'"
+        "() => document.querySelector('#viewer .cx-zoom-level').innerText.startsWith('fit')"
     )
+    # issue 34, item 5: the label reads the true scale, and 1:1 is one stored pixel per screen
+    # pixel (RG1 1841 x 1955 beside a phantom: fitted, each at its own scale)
+    label = page.inner_text("#viewer .cx-zoom-level")
+    fitted = page.eval_on_selector(
+        "#viewer .cx-pane[data-side='query'] .cx-view-img",
+        "i => { const r = i.getBoundingClientRect();"
+        " return Math.min(r.width / 1841, r.height / 1955); }",
+    )
+    assert f"query {100 * fitted:.0f} %" in label and "result" in label, label
+    page.keyboard.press("1")
+    page.wait_for_function(
+        "() => document.querySelector('#viewer .cx-zoom-level').innerText === '100 %'"
+    )
+    page.wait_for_selector(query_img)
+    box = page.eval_on_selector(
+        "#viewer .cx-pane[data-side='query'] .cx-view-img",
+        "i => { const r = i.getBoundingClientRect(); return [r.width, r.height]; }",
+    )
+    assert box == [pytest.approx(1841, abs=1), pytest.approx(1955, abs=1)]
+    # RG1 at 1:1 is larger than its pane: the pane shows the middle of the image, not a corner
+    centre = page.eval_on_selector(
+        "#viewer .cx-pane[data-side='query'] .cx-pane-frame",
+        "f => [(f.scrollLeft + f.clientWidth / 2) / f.scrollWidth,"
+        " (f.scrollTop + f.clientHeight / 2) / f.scrollHeight]",
+    )
+    assert centre == [pytest.approx(0.5, abs=0.02), pytest.approx(0.5, abs=0.02)]
+    page.keyboard.press("0")
 
 
 def test_the_open_viewer_keeps_the_keyboard_focus(page, served):
