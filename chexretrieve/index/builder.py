@@ -488,15 +488,19 @@ def sampled_nearest(gallery, labels, search: SearchConfig) -> dict[int, float]:
     these labels samples (``search.calibration``'s rule and seed), in one pass over the
     embeddings instead of one per sampled row. A row the calibration picks that is not here
     (its sampling changed) is computed when asked for (the same value up to float32 rounding)."""
-    from chexretrieve.search.calibration import queries_for, statuses
+    from chexretrieve.search.calibration import (
+        MIN_LABELLED,
+        prevalence,
+        queries_for,
+        sample_queries,
+        statuses,
+    )
 
     status = statuses(labels)
-    known = np.flatnonzero(~np.isnan(status))
-    if len(known) < 10:
+    if prevalence(status)[1] < MIN_LABELLED:
         return {}
-    rng = np.random.default_rng(search.fit_seed)
-    count = min(queries_for(len(gallery), search.calibration_queries), len(known))
-    rows = np.sort(rng.choice(known, size=count, replace=False))
+    wanted = queries_for(len(gallery), search.calibration_queries)
+    rows = sample_queries(status, wanted, search.fit_seed)
     queries = gallery.embedding_rows(rows).astype(np.float32)  # (q, d)
     studies = gallery.study_codes
     embeddings = gallery.embeddings
