@@ -37,7 +37,7 @@ def _fail(message: str) -> typer.Exit:
     from rich.console import Console
     from rich.markup import escape
 
-    Console(stderr=True).print(f"[red]error:[/red] {escape(message)}")
+    Console(stderr=True).print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)
     return typer.Exit(2)
 
 

@@ -51,6 +51,7 @@ from chexretrieve.index.manifest import (
     build_lock,
     clear_journal,
     commit,
+    density_digest,
     empty_content,
     read_journal,
     read_manifest,
@@ -445,7 +446,11 @@ class IndexBuilder:
         record = manifest.content.get("density")
         action = density_action(record, manifest.rows, self.density)
         if action == "keep":
-            return manifest
+            with contextlib.suppress(OSError):
+                if density_digest(self.folder / record["file"]) == record["sha256"]:
+                    return manifest
+            log.warning("the index's density file fails its seal; refitted")
+            action = "fit"
         with self._timed("density"):
             return self._fit_density(manifest, record, action)
 

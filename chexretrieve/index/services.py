@@ -59,8 +59,14 @@ class IndexDensityProvider(ArchiveDensityProvider):
             if density is None:
                 try:
                     density = load_density(manifest.folder, record)
-                except (ValueError, OSError):
-                    return super().usable(gallery)
+                except (ValueError, OSError) as exc:
+                    # never served: the store's own fit (refitted if need be) answers meanwhile
+                    fit, stale, note = super().usable(gallery)
+                    said = (
+                        f"the archive index's density file is damaged ({exc}); not used, "
+                        "refitted by the next `chexretrieve index build` or ingest"
+                    )
+                    return fit, stale, said + (f"; {note}" if note else "")
                 self._loaded = {record["sha256"]: density}
         with self._lock:
             self._current = density

@@ -15,6 +15,9 @@ faulty disk makes, the file is damaged and:
 * a fresh ``chexretrieve search --json`` answers with the clean fit's verdict (refitted during
   the call), saying the saved fit was damaged.
 
+Since issue 31 the archive index keeps its own copy of the density (what searches read); each
+damage is done to both copies.
+
 The damaged files are made here with ``zipfile`` and ``numpy.save`` (not with the code under test).
 Seven fresh servers, each searched by three users at once, are also the start-up race's test.
 """
@@ -106,7 +109,10 @@ def world(tmp_path_factory):
     [path] = (world["root"] / "cache" / "density").glob("*/revision-*.npz")
     clean = _search_json(world)
     assert clean["density"]["available"] and not clean["density"]["ood"], clean["density"]
-    world.update(path=path, clean=path.read_bytes(), percentile=clean["density"]["percentile"])
+    # the archive index keeps its own copy of the density (issue 31), built by that search
+    [indexed] = world["root"].glob("archive.index/*/density/density.*.npz")
+    world.update(path=path, clean=path.read_bytes(), percentile=clean["density"]["percentile"],
+                 index_clean=indexed.read_bytes())  # fmt: skip
     return world
 
 
@@ -157,6 +163,11 @@ def _put_damage(world, kind: str) -> None:  # noqa: ANN001
     for other in world["path"].parent.glob("revision-*.npz"):
         other.unlink()
     world["path"].write_bytes(_damaged(kind, world["clean"]))
+    # the archive index's copy of the density (issue 31), what searches read: damaged the same way
+    indexed = sorted(world["root"].glob("archive.index/*/density/density.*.npz"))
+    assert indexed, "the archive index holds no density to damage"
+    for path in indexed:
+        path.write_bytes(_damaged(kind, world["index_clean"]))
 
 
 # --------------------------------------------------------------------------------- the server
@@ -286,8 +297,9 @@ def test_a_damaged_density_never_blocks_nor_changes_a_search(world, cases, kind)
     }
     for check, ok in cli.items():
         cases.check(f"{kind}: fresh CLI search: {check}", ok, run.stderr[-300:])
-    assert shown and all(first.values()) and all(cli.values()), (first, cli, answers, later[:500],
-                                                       log[-3000:], run.stderr[-2000:])  # fmt: skip
+    failed = [c for c, ok in {"density show": shown, **first, **cli}.items() if not ok]
+    assert not failed, (failed, show.stderr[-500:], answers, later[:500], log[-3000:],
+                        run.stderr[-2000:])  # fmt: skip
 
 
 # ------------------------------------------------------------------------------ start-up race
