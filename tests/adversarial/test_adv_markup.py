@@ -178,7 +178,7 @@ def test_nothing_runs_in_the_browser(hostile, cases):
             page.keyboard.press("Escape")
             before = ui_browser._results_html(page)
             page.set_input_files("#upload input[type=file]", str(hostile["root"] / "upload.dcm"))
-            ui_browser._wait_text(page, "#query-info", "uploaded")
+            ui_browser._wait_text(page, "#query-info", "upload upload.dcm")
             ui_browser._wait_results_change(page, before)
             injected = page.evaluate(
                 "() => ({xss: window.__xss ?? null,"
