@@ -256,7 +256,7 @@ def test_the_case_pickers_rare_cases_first_order(tmp_path):
     second = lookup.case_page(finding="Cardiomegaly", status=RARE_FIRST, page=1)
     assert [i for _, i in second.choices] == density.rarity_order()[3:6].tolist()
     details = lookup.result_details(5, finding="Cardiomegaly")
-    assert "Concepts (archive density)" in details and "Cardiomegaly" in details
+    assert "Archive cluster (archive density)" in details and "Cardiomegaly" in details
     narrowed = lookup.case_page(text="24", finding="Cardiomegaly", status=RARE_FIRST)
     assert {i for _, i in narrowed.choices} <= {24, 240, 241, 242, 243}
     off = CaseLookup(
