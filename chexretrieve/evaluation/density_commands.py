@@ -90,7 +90,8 @@ def _run(out, force, specs, world_seeds, em_seeds, candidates, rare_max, cache_d
         encoder_fingerprint,
         phantom_generator_fingerprint,
     )
-    from chexretrieve.evaluation.density_data import DATA_VERSION, WorldSettings
+    from chexretrieve.evaluation.config import DensityWorldConfig
+    from chexretrieve.evaluation.density_data import DATA_VERSION
     from chexretrieve.evaluation.density_report import (
         code_version,
         prepare_folder,
@@ -110,7 +111,7 @@ def _run(out, force, specs, world_seeds, em_seeds, candidates, rare_max, cache_d
     for model in encoders:
         for seed in world_seeds:
             check_disjoint_world(model, seed)
-    worlds = [WorldSettings(seed, **sizes) for seed in world_seeds]
+    worlds = [DensityWorldConfig(seed, **sizes) for seed in world_seeds]
     heard: list[str] = []
 
     def progress(what: str) -> None:

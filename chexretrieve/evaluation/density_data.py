@@ -41,6 +41,7 @@ from chexretrieve.evaluation.cache_keys import (
     phantom_generator_fingerprint,
     pixels_digest,
 )
+from chexretrieve.evaluation.config import DensityWorldConfig
 from chexretrieve.evaluation.density_images import (
     CHEST_FILES,
     DISPLAY_ERRORS,
@@ -66,31 +67,6 @@ FAR_SYNTHETIC = "far: synthetic"
 CHEST_FILM = "real chest film (RG1)"
 #: images embedded per encoder call
 _CHUNK = 64
-
-
-@dataclass(frozen=True)
-class WorldSettings:
-    """Which phantoms of one world the density evaluation draws."""
-
-    # phantom world seed (must differ from every encoder's training world)
-    seed: int
-    # phantoms the densities are fitted on
-    n_archive: int = 1500
-    # held-out phantoms (in distribution)
-    n_heldout: int = 600
-    # in-distribution control phantoms (scored like an OOD group; AUROC about 0.5)
-    n_control: int = 200
-    # source phantoms of the near shifts and display errors (each under every shift)
-    n_shifted: int = 50
-    # image side in pixels (phantom make's default)
-    size: int = 320
-
-    def __post_init__(self) -> None:
-        for name in ("n_archive", "n_heldout", "n_control", "n_shifted"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if self.seed < 0:
-            raise ValueError(f"the world seed must be >= 0, got {self.seed}")
 
 
 @dataclass(frozen=True)
@@ -126,7 +102,9 @@ def _truth(case) -> dict[str, float]:
     return {f: float(bool(case.truth.get(f, False))) for f in FINDINGS}
 
 
-def world_items(settings: WorldSettings) -> Iterator[tuple[str, str, int, np.ndarray, dict | None]]:
+def world_items(
+    settings: DensityWorldConfig,
+) -> Iterator[tuple[str, str, int, np.ndarray, dict | None]]:
     """(group, kind, source index, image, truth or None) of every image of a world, in order."""
     from chexretrieve.phantom import PhantomConfig, generate_case
 
@@ -161,10 +139,10 @@ def world_items(settings: WorldSettings) -> Iterator[tuple[str, str, int, np.nda
             yield "display", kind, index, display_error(base, kind), None
 
 
-def shifts_fingerprint(settings: WorldSettings) -> str:
+def shifts_fingerprint(settings: DensityWorldConfig) -> str:
     """Pixels of every shift and display error of one probe source case (the code that draws
     the shifted groups, whatever the settings name)."""
-    probe = WorldSettings(settings.seed, 1, 1, 1, 1, settings.size)
+    probe = DensityWorldConfig(settings.seed, 1, 1, 1, 1, settings.size)
     return pixels_digest(
         image for group, _, _, image, _ in world_items(probe) if group in ("near", "display")
     )
@@ -188,7 +166,7 @@ def external_images(synthetic: int = 60, size: int = 320) -> list[tuple[str, str
 
 # --------------------------------------------------------------------------------- the cache
 def world_cache_key(
-    settings: WorldSettings, encoder_print: dict, generator_print: dict, shifts_print: str
+    settings: DensityWorldConfig, encoder_print: dict, generator_print: dict, shifts_print: str
 ) -> str:
     """The key of one (world, encoder) entry: every input its embeddings depend on."""
     from chexretrieve.phantom import PhantomConfig
@@ -234,7 +212,7 @@ def _load(path: Path) -> dict | None:
 
 def world_embeddings(
     encoders: Sequence,
-    settings: WorldSettings,
+    settings: DensityWorldConfig,
     cache_dir: Path | None = None,
     progress: Callable[[str], None] | None = None,
     prints: dict | None = None,
@@ -274,7 +252,7 @@ def world_embeddings(
     return [_world_from(found[e.encoder_id], e.encoder_id, settings.seed) for e in encoders]
 
 
-def _embed_world(encoders, settings: WorldSettings, say, total: int) -> dict[str, dict]:
+def _embed_world(encoders, settings: DensityWorldConfig, say, total: int) -> dict[str, dict]:
     rows = {e.encoder_id: [] for e in encoders}
     groups, kinds, sources, truths = [], [], [], []
     chunk: list[np.ndarray] = []

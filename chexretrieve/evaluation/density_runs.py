@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from chexretrieve.evaluation.density_data import (
-    WorldSettings,
+    DensityWorldConfig,
     external_embeddings,
     world_embeddings,
 )
@@ -53,7 +53,7 @@ class DensityResults:
 
 def run_density_evaluation(
     encoders: Sequence,
-    worlds: Sequence[WorldSettings],
+    worlds: Sequence[DensityWorldConfig],
     em_seeds: Sequence[int],
     candidates: Sequence[int],
     rare_max: int = 2,

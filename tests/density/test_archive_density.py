@@ -341,9 +341,10 @@ def test_the_gaussian_ood_model_flags_saves_and_reloads(tmp_path, monkeypatch):
 
 def test_a_fit_made_under_other_settings_is_not_reused(tmp_path):
     gallery = _gallery()
-    first = _provider(tmp_path).assess(CENTRES[0], gallery)
+    first = _provider(tmp_path, ood_model="movmf").assess(CENTRES[0], gallery)
     assert first.ood_model == "movmf"
     switched = _provider(tmp_path, ood_model="gaussian").assess(CENTRES[0], gallery)
     assert switched.ood_model == "gaussian" and not switched.stale
-    back = _provider(tmp_path).assess(CENTRES[0], gallery)  # refitted again, not the gaussian one
+    back = _provider(tmp_path, ood_model="movmf").assess(CENTRES[0], gallery)  # refitted again
     assert back.ood_model == "movmf"
+

@@ -17,7 +17,7 @@ from chexretrieve.encoders.stand_in import StandInEncoder
 from chexretrieve.evaluation import cache_keys, density_data
 from chexretrieve.evaluation.config import PhantomSourceConfig
 from chexretrieve.evaluation.density_data import (
-    WorldSettings,
+    DensityWorldConfig,
     external_cache_key,
     world_cache_key,
     world_embeddings,
@@ -27,7 +27,7 @@ from chexretrieve.evaluation.sources import EmbeddingCache, embed_texts_cached
 
 ENCODER = {"id": "phantom:abc", "weights": "sha256:00", "image_probe": "11"}
 GENERATOR = {"render_version": 2, "generator": "ff00"}
-TINY = WorldSettings(seed=5, n_archive=3, n_heldout=2, n_control=2, n_shifted=1, size=64)
+TINY = DensityWorldConfig(seed=5, n_archive=3, n_heldout=2, n_control=2, n_shifted=1, size=64)
 
 
 def _changed(value):
@@ -42,7 +42,7 @@ def test_world_key_changes_with_every_setting_and_fingerprint():
     base = world_cache_key(TINY, ENCODER, GENERATOR, "shifts")
     assert base == world_cache_key(TINY, dict(ENCODER), dict(GENERATOR), "shifts")
     keys = set()
-    for field in dataclasses.fields(WorldSettings):
+    for field in dataclasses.fields(DensityWorldConfig):
         value = _changed(getattr(TINY, field.name))
         changed = dataclasses.replace(TINY, **{field.name: value})
         keys.add(world_cache_key(changed, ENCODER, GENERATOR, "shifts"))
@@ -55,7 +55,7 @@ def test_world_key_changes_with_every_setting_and_fingerprint():
             world_cache_key(TINY, ENCODER, {**GENERATOR, name: _changed(GENERATOR[name])}, "shifts")
         )
     keys.add(world_cache_key(TINY, ENCODER, GENERATOR, "other shifts"))
-    count = len(dataclasses.fields(WorldSettings)) + len(ENCODER) + len(GENERATOR) + 1
+    count = len(dataclasses.fields(DensityWorldConfig)) + len(ENCODER) + len(GENERATOR) + 1
     assert len(keys) == count and base not in keys
 
 
@@ -210,6 +210,6 @@ def test_world_sets_have_the_documented_layout(tmp_path):
 
 def test_world_settings_reject_nonsense():
     with pytest.raises(ValueError, match="n_control must be at least 1"):
-        WorldSettings(seed=2, n_control=0)
+        DensityWorldConfig(seed=2, n_control=0)
     with pytest.raises(ValueError, match="world seed"):
-        WorldSettings(seed=-1)
+        DensityWorldConfig(seed=-1)
