@@ -120,6 +120,36 @@ def _k_curve_figure(curve: pd.DataFrame, path: Path) -> None:
     plt.close(figure)
 
 
+def _shifts_figure(world_seed: int, size: int, path: Path) -> None:
+    """One source phantom under every near shift and display error (what the groups hold)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from chexretrieve.evaluation.config import DensityWorldConfig
+    from chexretrieve.evaluation.density_data import world_items
+    from chexretrieve.phantom import PhantomConfig, generate_case
+
+    probe = DensityWorldConfig(world_seed, 1, 1, 1, 1, size)
+    items = [(g, k, i, image) for g, k, i, image, _ in world_items(probe)]
+    shifted = [(f"{g}: {k}", i, image) for g, k, i, image in items if g in ("near", "display")]
+    source = generate_case(world_seed, shifted[0][1], PhantomConfig(size=size)).image
+    shown = [("source phantom", source)] + [(title, image) for title, _, image in shifted]
+    columns = 5
+    rows = -(-len(shown) // columns)
+    figure, axes = plt.subplots(rows, columns, figsize=(2.2 * columns, 2.4 * rows), dpi=80)
+    for axis in axes.ravel():
+        axis.axis("off")
+    for axis, (title, image) in zip(axes.ravel(), shown, strict=False):
+        axis.imshow(image, cmap="gray", vmin=0, vmax=1)
+        axis.set_title(title, fontsize=7)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path)
+    plt.close(figure)
+
+
 def summary_tables(results) -> dict[str, pd.DataFrame]:
     """The report's tables (summaries first, then every long table as run)."""
     ood, differences = results.frame("ood"), results.frame("ood_difference")
@@ -201,6 +231,8 @@ def write_density_report(out: Path, command: str, results, manifest: dict) -> di
     for name, frame in tables.items():
         frame.to_csv(out / "tables" / f"{name}.csv")
     _k_curve_figure(results.frame("k_curve"), out / "figures" / "k_curve.png")
+    settings = manifest["settings"]
+    _shifts_figure(settings["worlds"][0], settings["size"], out / "figures" / "shifts.png")
     ood, differences = results.frame("ood"), results.frame("ood_difference")
     control = control_check(ood)
     known = results.frame("known_answer_checks")
@@ -226,6 +258,14 @@ def write_density_report(out: Path, command: str, results, manifest: dict) -> di
         lines += [f"## {TITLES[name]}", "", _markdown(frame), ""]
         if name == "k_curve":
             lines += ["![held-out log-likelihood per K](figures/k_curve.png)", ""]
+        if name == "ood_by_group":
+            lines += [
+                "One phantom under each near shift and display error (drawn by the same code "
+                "at the report's image size):",
+                "",
+                "![near shifts and display errors](figures/shifts.png)",
+                "",
+            ]
     (out / "report.md").write_text("\n".join(lines), encoding="utf-8")
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str) + "\n")
     return checks
