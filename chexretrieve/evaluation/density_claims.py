@@ -13,6 +13,7 @@ the numbers; every figure is a mean with its range over runs).
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from chexretrieve.evaluation.density_ood import CONTROL, DISPLAY_ALL, FAR_ALL, NEAR_ALL
@@ -26,14 +27,21 @@ GRADED_COMPONENTS = 1.5
 SPARSITY_MARGIN = 0.1
 
 
-def run_verdict(ahead: int, behind: int, runs: int) -> str:
+def run_verdict(ahead: int, behind: int, runs: int, points=None) -> str:
     """The claim "MovMF is better" from the runs whose paired interval puts MovMF ahead (above 0)
-    or behind (below 0): holds / does not hold only when every run agrees."""
+    or behind (below 0), and the runs' point estimates ``points`` (MovMF − Gaussian): holds / does
+    not hold when every run's interval agrees; "on average" when every point estimate agrees in
+    sign and no interval says the opposite; else not decided."""
     if behind == runs:
         return "does not hold"
     if ahead == runs:
         return "holds"
-    return "does not hold on average" if behind > ahead else "not decided"
+    signs = np.sign(np.asarray(points if points is not None else [], dtype=np.float64))
+    if len(signs) == runs and (signs < 0).all() and ahead == 0:
+        return "does not hold on average"
+    if len(signs) == runs and (signs > 0).all() and behind == 0:
+        return "holds on average"
+    return "not decided"
 
 
 def _verdict_counts(differences: pd.DataFrame, group: str) -> tuple[str, str]:
@@ -41,7 +49,7 @@ def _verdict_counts(differences: pd.DataFrame, group: str) -> tuple[str, str]:
     runs = len(part)
     movmf = int((part["lower"] > 0).sum())
     gaussian = int((part["upper"] < 0).sum())
-    verdict = run_verdict(movmf, gaussian, runs)
+    verdict = run_verdict(movmf, gaussian, runs, part["MovMF - Gaussian"])
     text = (
         f"MovMF − Gaussian {spread(part['MovMF - Gaussian'])}; Gaussian ahead (interval below 0) "
         f"in {gaussian} of {runs} runs, MovMF ahead in {movmf}"
@@ -75,7 +83,7 @@ def tail_claim(tail: pd.DataFrame) -> list[str]:
     runs = len(movmf)
     ahead = int((movmf["MovMF - Gaussian lower"] > 0).sum())
     behind = int((movmf["MovMF - Gaussian upper"] < 0).sum())
-    verdict = run_verdict(ahead, behind, runs)
+    verdict = run_verdict(ahead, behind, runs, movmf["MovMF - Gaussian"])
     over_chance = int((movmf["lower"] > 0.5).sum())
     return [
         f"2. **Better long-tail detection than a Gaussian model: {verdict}.** Matched for "

@@ -154,9 +154,10 @@ def summary_tables(results) -> dict[str, pd.DataFrame]:
     """The report's tables (summaries first, then every long table as run)."""
     ood, differences = results.frame("ood"), results.frame("ood_difference")
     curve = results.frame("k_curve")
-    k_table = curve.pivot_table(
-        index="K", columns=["encoder", "world"], values="held-out mean log-likelihood"
-    )
+    curve = curve.assign(run=[f"{e}, world {w}" for e, w in zip(curve["encoder"], curve["world"],
+                                                                 strict=True)])  # fmt: skip
+    k_table = curve.pivot_table(index="K", columns="run", values="held-out mean log-likelihood")
+    k_table = k_table[list(dict.fromkeys(curve["run"]))]
     tail = results.frame("long_tail")
     tail_summary = mean_table(tail, "model", ["matched AUROC", "lower", "upper",
                                              "MovMF - Gaussian", "MovMF - Gaussian lower",

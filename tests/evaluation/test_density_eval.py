@@ -257,3 +257,14 @@ def test_pydicom_data_files_are_deduplicated_by_content():
     assert rg3 in names.values()  # four encodings of the extremity film: one picture
     assert {"MR2_J2KI.dcm", "MR2_J2KR.dcm", "MR2_UNCI.dcm", "MR2_UNCR.dcm"} in names.values()
     assert len(groups) < len(files) / 2
+
+
+def test_run_verdicts_need_every_run_to_agree():
+    from chexretrieve.evaluation.density_claims import run_verdict
+
+    assert run_verdict(0, 27, 27, [-0.1] * 27) == "does not hold"
+    assert run_verdict(27, 0, 27, [0.1] * 27) == "holds"
+    assert run_verdict(16, 0, 27, [0.05] * 27) == "holds on average"
+    assert run_verdict(0, 23, 27, [-0.03] * 27) == "does not hold on average"
+    assert run_verdict(3, 0, 27, [0.02] * 26 + [-0.01]) == "not decided"
+    assert run_verdict(2, 1, 27, [0.02] * 27) == "not decided"
