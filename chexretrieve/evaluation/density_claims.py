@@ -137,7 +137,23 @@ def decomposition_claim(decomposition: pd.DataFrame, purity: pd.DataFrame, namin
         head = "graded: an image is a blend of components"
     else:
         head = "not a decomposition: a hard assignment to one cluster"
-    sparse = "is" if verdict["sparser than the control"] else "is not"
+    needed = decomposition[decomposition["responsibilities"] == "T = 1"].groupby("cloud")[
+        "components for 90 %"
+    ]
+    archive_needs = spread(needed.get_group("phantom archive"))
+    control_needs = spread(needed.get_group("structureless control"))
+    sparsity = (
+        f"The archive needs {archive_needs} components for 90 % of an image's posterior, the "
+        f"structureless cloud {control_needs}: "
+    )
+    if verdict["sparser than the control"]:
+        sparsity += (
+            "the archive is clustered, but a near one-hot posterior is what a mixture fit gives "
+            "even without any structure, so sparsity is no evidence of a decomposition into "
+            "several concepts"
+        )
+    else:
+        sparsity += "the sparsity is a property of the fit, not of the archive"
     cluster = "purer" if verdict["purer than k-means"] else "no purer"
     pure = purity.groupby("assignment", sort=False)["finding purity"].apply(spread)
     archive_entropy = cell("phantom archive", "T = 1", "mean entropy (nats)")
@@ -156,8 +172,7 @@ def decomposition_claim(decomposition: pd.DataFrame, purity: pd.DataFrame, namin
         f"{cell('phantom archive', 'held-out best T', 'mean entropy (nats)')} nats. Top-component "
         f"finding purity {pure.get('movmf top component', '')} vs spherical k-means "
         f"{pure.get('spherical k-means (same K)', '')} and a random assignment "
-        f"{pure.get('random, same sizes (chance)', '')}. So the sparsity {sparse} evidence of "
-        f"concepts (the structureless cloud is as sparse or sparser), and as a clustering the "
+        f"{pure.get('random, same sizes (chance)', '')}. {sparsity}; as a clustering the "
         f"mixture is {cluster} than spherical k-means.",
     ]
     if naming is not None and "anchor agreement" in naming:

@@ -103,6 +103,7 @@ def _run(out, force, specs, world_seeds, em_seeds, candidates, rare_max, cache_d
     from chexretrieve.phantom.config import RENDER_VERSION
 
     started = time.perf_counter()
+    version = code_version()  # before anything runs: the checkout the figures come from
     prepare_folder(out, force)
     encoders = [load_encoder(spec) for spec in specs]
     ids = [e.encoder_id for e in encoders]
@@ -133,7 +134,7 @@ def _run(out, force, specs, world_seeds, em_seeds, candidates, rare_max, cache_d
     manifest = {
         "title": "Archive density evaluation: phantom",
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "code_version": code_version(),
+        "code_version": version,
         "render_version": RENDER_VERSION,
         "data_version": DATA_VERSION,
         "generator_fingerprints": generator,

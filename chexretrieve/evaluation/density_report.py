@@ -194,7 +194,9 @@ def summary_tables(results) -> dict[str, pd.DataFrame]:
                 if c not in ("encoder", "world", "EM seed")
             ],
         ),  # fmt: skip
-        "component_names_first_run": results.names if results.names is not None else pd.DataFrame(),
+        "component_names_first_run": (
+            results.names.head(NAMED_COMPONENTS) if results.names is not None else pd.DataFrame()
+        ),
         "known_answer_checks": results.frame("known_answer_checks").set_index(["world", "EM seed"]),
     }
 
