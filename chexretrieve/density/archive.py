@@ -20,9 +20,12 @@ What it holds:
   (``movmf``, the default), or a Ledoit–Wolf Gaussian's (``gaussian``: it flagged more of the
   evaluation's out-of-distribution images, see docs/density.md). Rarity and concepts are always
   the mixture's.
-* ``components``: each component named by its nearest anchor sentences (all findings' sets;
-  both sides centred on their own mean, past the image-text modality gap) and by the labels
-  that dominate it among labelled archive images.
+* ``components``: each component named by the labels that dominate it among labelled archive
+  images, "No Finding" included, and by the anchor sentences nearest it (both sides centred on
+  their own mean, past the image-text modality gap) that agree with those labels: positive
+  sentences of its findings, negative sentences for a No Finding component, any sentence when
+  it has no dominant label. Unconstrained, the nearest sentence contradicted the labels of the
+  heaviest (normal) components of the phantom evaluation (eval/reports/density-phantom).
 """
 
 from __future__ import annotations
@@ -56,9 +59,12 @@ from chexretrieve.geometry.movmf_density import MovMFDensity, select_movmf_densi
 NAMED_SENTENCES = 3
 NAMED_LABELS = 3
 #: a label dominates a component when its weighted positive rate is at least this, and at least
-#: LABEL_LIFT times its rate in the whole labelled archive
+#: LABEL_LIFT times its rate in the whole labelled archive (or halfway from it to 1, if lower)
 LABEL_RATE = 0.5
 LABEL_LIFT = 1.5
+#: the label of a labelled image with no pathology positive or uncertain (devices allowed)
+NO_FINDING = "No Finding"
+PATHOLOGIES = tuple(f for f in FINDINGS if f != "Support Devices")
 
 
 @dataclass(frozen=True)
@@ -94,6 +100,8 @@ class AnchorText:
     finding: str
     sentences: tuple[str, ...]
     embeddings: np.ndarray
+    # "positive" / "negative" per sentence; empty: unknown (every sentence names any component)
+    polarities: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, eq=False)
@@ -363,12 +371,59 @@ def _unit_rows(rows: np.ndarray) -> np.ndarray:
     return rows / np.where(norms > 0, norms, 1.0)
 
 
+def _dominant_labels(posterior, image_ids, labels, count: int):
+    """(dominant labels per component, labelled mass per component) from a label frame
+    (1 / 0 / -1 / NaN per finding); "No Finding" (no pathology positive or uncertain, devices
+    allowed) counts as a label of its own."""
+    if labels is None or not len(labels):
+        return [()] * count, [0.0] * count
+    table = labels.reindex(index=np.asarray(image_ids), columns=list(FINDINGS))
+    values = table.to_numpy(dtype=np.float64)
+    pathology = values[:, [FINDINGS.index(f) for f in PATHOLOGIES]]
+    seen = ~np.isnan(pathology)
+    normal = np.where(seen.any(axis=1), (~np.isin(pathology, (1.0, -1.0))).all(axis=1), np.nan)
+    values = np.column_stack([values, normal])
+    names = (*FINDINGS, NO_FINDING)
+    known = ~np.isnan(values)
+    positive = values == 1.0
+    base = positive.sum(axis=0) / np.maximum(known.sum(axis=0), 1)
+    # enriched: LABEL_LIFT x the archive's rate, or halfway to 1 for a label most images carry
+    # (No Finding in a mostly normal archive could never reach 1.5 x its rate)
+    lift = np.minimum(LABEL_LIFT * base, (1 + base) / 2)
+    weighted_known = posterior.T @ known.astype(np.float64)
+    rates = (posterior.T @ positive.astype(np.float64)) / np.maximum(weighted_known, 1e-12)
+    mass = list(posterior.T @ known.any(axis=1).astype(np.float64))
+    dominant = []
+    for k in range(count):
+        enriched = (rates[k] >= LABEL_RATE) & (rates[k] >= lift) & (weighted_known[k] >= 1.0)
+        picks = [j for j in np.argsort(-rates[k], kind="stable") if enriched[j]]
+        dominant.append(tuple(names[j] for j in picks[:NAMED_LABELS]))
+    return dominant, mass
+
+
+def _sentence_candidates(labels: tuple[str, ...], findings, polarities) -> np.ndarray | None:
+    """Which sentences may name a component with these dominant labels: the positive sentences
+    of its findings, or for a No Finding component the negative sentences; None: all."""
+    if not labels or polarities is None:
+        return None
+    wanted = [f for f in labels if f != NO_FINDING]
+    if wanted:
+        chosen = np.isin(findings, wanted) & (polarities == "positive")
+    else:
+        chosen = polarities == "negative"
+    return chosen if chosen.any() else None
+
+
 def name_components(model, posterior, image_ids, labels, anchors) -> tuple[ComponentName, ...]:
-    """Each component's nearest anchor sentences and dominant labels (module text)."""
-    sentences, vectors = [], []
+    """Each component's dominant labels (No Finding included) and the anchor sentences nearest
+    it that agree with them (module text)."""
+    dominant, mass = _dominant_labels(posterior, image_ids, labels, model.n_components)
+    sentences, vectors, findings, polarities = [], [], [], []
     for text in anchors:
         sentences += [f"{text.finding}: {s}" for s in text.sentences]
         vectors.append(np.asarray(text.embeddings, dtype=np.float64))
+        findings += [text.finding] * len(text.sentences)
+        polarities += list(text.polarities) or [""] * len(text.sentences)
     nearest = [()] * model.n_components
     if vectors:
         # image and text embeddings sit in two cones apart (the modality gap): compare what sets
@@ -379,25 +434,13 @@ def name_components(model, posterior, image_ids, labels, anchors) -> tuple[Compo
         lengths = vmf_mean_length(model.dim, model.concentrations)
         offsets = model.directions - (model.weights * lengths) @ model.directions
         cosines = _unit_rows(offsets) @ _unit_rows(texts).T
-        order = np.argsort(-cosines, axis=1, kind="stable")[:, :NAMED_SENTENCES]
-        nearest = [tuple(sentences[j] for j in row) for row in order]
-    dominant, mass = [()] * model.n_components, [0.0] * model.n_components
-    if labels is not None and len(labels):
-        table = labels.reindex(index=np.asarray(image_ids), columns=list(FINDINGS))
-        values = table.to_numpy(dtype=np.float64)
-        known = ~np.isnan(values)
-        positive = values == 1.0
-        base = positive.sum(axis=0) / np.maximum(known.sum(axis=0), 1)
-        labelled = known.any(axis=1).astype(np.float64)
-        weighted_known = posterior.T @ known.astype(np.float64)
-        rates = (posterior.T @ positive.astype(np.float64)) / np.maximum(weighted_known, 1e-12)
-        mass = list(posterior.T @ labelled)
-        dominant = []
+        polarity = np.asarray(polarities) if all(polarities) else None
+        nearest = []
         for k in range(model.n_components):
-            enriched = (rates[k] >= LABEL_RATE) & (rates[k] >= LABEL_LIFT * base)
-            enriched &= weighted_known[k] >= 1.0
-            picks = [j for j in np.argsort(-rates[k], kind="stable") if enriched[j]]
-            dominant.append(tuple(FINDINGS[j] for j in picks[:NAMED_LABELS]))
+            allowed = _sentence_candidates(dominant[k], np.asarray(findings), polarity)
+            row = cosines[k] if allowed is None else np.where(allowed, cosines[k], -np.inf)
+            order = np.argsort(-row, kind="stable")[:NAMED_SENTENCES]
+            nearest.append(tuple(sentences[j] for j in order if np.isfinite(row[j])))
     return tuple(
         ComponentName(k, float(model.weights[k]), nearest[k], dominant[k], float(mass[k]))
         for k in range(model.n_components)

@@ -215,7 +215,14 @@ class ArchiveDensityProvider:
                 ref = self.anchors.anchor_set(finding, None)
             except (ValueError, OSError):  # a finding without an anchor set names nothing
                 continue
-            texts.append(AnchorText(finding, tuple(ref.sentences), np.asarray(ref.embeddings)))
+            texts.append(
+                AnchorText(
+                    finding,
+                    tuple(ref.sentences),
+                    np.asarray(ref.embeddings),
+                    tuple(getattr(ref, "polarities", ()) or ()),
+                )
+            )
         return texts
 
     def usable(self, gallery) -> tuple[ArchiveDensity | None, bool, str]:

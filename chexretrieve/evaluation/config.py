@@ -329,3 +329,28 @@ class EvaluationPlan:
             raise ValueError(
                 f"unknown experiments {unknown}; choose from {', '.join(EXPERIMENTS)} (or none)"
             )
+
+
+@dataclass(frozen=True)
+class DensityWorldConfig:
+    """Which phantoms of one world ``chexretrieve eval density`` draws (evaluation/density_data)."""
+
+    # phantom world seed (must differ from every encoder's training world)
+    seed: int
+    # phantoms the densities are fitted on
+    n_archive: int = 1500
+    # held-out phantoms (in distribution)
+    n_heldout: int = 600
+    # in-distribution control phantoms (scored like an OOD group; AUROC about 0.5)
+    n_control: int = 200
+    # source phantoms of the near shifts and display errors (each under every shift)
+    n_shifted: int = 50
+    # image side in pixels (phantom make's default)
+    size: int = 320
+
+    def __post_init__(self) -> None:
+        for name in ("n_archive", "n_heldout", "n_control", "n_shifted"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.seed < 0:
+            raise ValueError(f"the world seed must be >= 0, got {self.seed}")

@@ -1,181 +1,176 @@
-"""`chexretrieve eval density`: the density report folder (OOD, long tail, decomposition).
+"""`chexretrieve eval density`: the archive density evaluated over encoders, worlds and EM seeds.
 
-Writes ``OUT/report.md`` (tables, the seed's claims with the numbers that decide them),
-``OUT/tables/*.csv`` and ``OUT/manifest.json`` (settings, timings, the command line).
+Writes ``OUT/report.md``, ``OUT/tables/*.csv``, ``OUT/figures/k_curve.png`` and
+``OUT/manifest.json`` (:mod:`chexretrieve.evaluation.density_report`). Exit status 3 (after the
+report is written) when a check that the evaluation can fail did fail: the in-distribution
+control not near 0.5, or a known-answer world whose expected winner did not win.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import os
 import time
 from pathlib import Path
 
 import typer
 
-from chexretrieve import strict_json
 from chexretrieve.evaluation.cli_options import command_line
+
+#: exit status when a check failed (the report is still written)
+CHECK_FAILED = 3
 
 
 def density_command(
     out: Path | None = typer.Option(
         None, "--out", "-o", help="Report folder (default eval/reports/density-phantom-DATE)."
     ),
-    encoder: str = typer.Option("phantom", "--encoder", help="Encoder spec."),
-    phantom_seed: int = typer.Option(
-        2, "--phantom-seed", help="Phantom world (not the encoder's training world)."
+    force: bool = typer.Option(
+        False, "--force", help="Replace a report already in --out (its README.md is kept)."
     ),
+    encoder: list[str] = typer.Option(
+        ["phantom"], "--encoder", help="Encoder spec; repeat for several trained encoders."
+    ),
+    phantom_seeds: str = typer.Option(
+        "2,3,4", "--phantom-seeds", help="Phantom worlds (none an encoder was trained on)."
+    ),
+    em_seeds: str = typer.Option("0,1,2", "--em-seeds", help="EM (and split) seeds."),
     n_archive: int = typer.Option(1500, "--n-archive", help="Phantoms the density is fitted on."),
-    n_heldout: int = typer.Option(400, "--n-heldout", help="Held-out phantoms (in distribution)."),
-    n_transforms: int = typer.Option(80, "--n-transforms", help="Phantom renders that are OOD."),
-    n_synthetic: int = typer.Option(60, "--n-synthetic", help="Noise / texture images."),
-    candidates: str = typer.Option("1,2,4,8,16,32,64", "--candidates", help="Mixture sizes K."),
+    n_heldout: int = typer.Option(600, "--n-heldout", help="Held-out phantoms (in distribution)."),
+    n_control: int = typer.Option(200, "--n-control", help="In-distribution control phantoms."),
+    n_shifted: int = typer.Option(
+        50, "--n-shifted", help="Source phantoms per near shift and display error."
+    ),
+    candidates: str = typer.Option(
+        "1,2,4,8,16,32,64",
+        "--candidates",
+        help="First mixture sizes K (extended until the held-out curve turns).",
+    ),  # fmt: skip
     rare_max: int = typer.Option(
         2, "--rare-max", help="A combination is rare when at most this many archive images have it."
     ),
-    seed: int = typer.Option(0, "--seed", help="EM and split seed."),
+    cache_dir: Path | None = typer.Option(
+        None, "--cache-dir", help="Embedding cache (default: eval/ under the cache root)."
+    ),
     quiet: bool = typer.Option(False, "--quiet"),
 ) -> None:
-    """OOD AUROC/FPR95 (MovMF vs Gaussian vs k-NN), long tail, decomposition purity."""
+    """OOD (near, display, far; control and known-answer checks), long tail, decomposition."""
     from rich.console import Console
 
-    from chexretrieve.encoders import load_encoder
     from chexretrieve.evaluation.cli_options import int_items
-    from chexretrieve.evaluation.density_data import CACHED_MESSAGE, density_sets
-    from chexretrieve.evaluation.density_eval import (
-        component_names_table,
-        decomposition_table,
-        finding_anchor_texts,
-        fit_models,
-        long_tail_table,
-        ood_tables,
-        per_file_table,
-    )
-    from chexretrieve.evaluation.phantom_source import check_disjoint_world
 
     console = Console(stderr=True, quiet=quiet)
-    started = time.perf_counter()
-    try:
-        model = load_encoder(encoder)
-        check_disjoint_world(model, phantom_seed)
-        heard: list[str] = []
-
-        def progress(what: str) -> None:
-            heard.append(what)
-            console.print(f"[dim]{what}[/dim]", markup=True)
-
-        sets = density_sets(
-            model, phantom_seed, n_archive, n_heldout, n_transforms, n_synthetic,
-            progress=progress,
-        )  # fmt: skip
-        cached = any(h.startswith(CACHED_MESSAGE) for h in heard)
-    except ValueError as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from None
-    console.print("[dim]fitting MovMF, Gaussian, k-NN on the archive[/dim]")
-    models = fit_models(sets.archive, int_items(candidates, "--candidates"), seed)
-    ood, flags, by_kind = ood_tables(sets, models)
-    files = per_file_table(sets, models)
-    tail = long_tail_table(sets, models, rare_max)
-    parts = decomposition_table(sets, models, seed)
-    console.print("[dim]naming components by anchor sentences and true findings[/dim]")
-    names = component_names_table(sets, models, finding_anchor_texts(model))
-    selection = (
-        __import__("pandas")
-        .Series(models.selection.scores, name="held-out mean log-likelihood")
-        .rename_axis("K")
-        .to_frame()
-    )
+    errors = Console(stderr=True)  # errors and failed checks are said even with --quiet
     out = out or Path("eval/reports") / f"density-phantom-{dt.date.today().isoformat()}"
-    tables = {
-        "ood_auroc_fpr95": ood.set_index(["model", "OOD group"]),
-        "ood_flag_rates": flags,
-        "ood_flag_rates_by_kind": by_kind,
-        "pydicom_data_percentiles": files,
-        "long_tail": tail,
-        "decomposition": parts,
-        "component_names": names,
-        "component_count": selection,
-    }
-    settings = {
-        "encoder": model.encoder_id,
-        "phantom_seed": phantom_seed,
-        "n_archive": n_archive,
-        "n_heldout": n_heldout,
-        "n_ood": int(len(sets.ood)),
-        "candidates": candidates,
-        "chosen_K": models.movmf.n_components,
-        "rare_max": rare_max,
-        "seed": seed,
-        "fit_seconds": {k: round(v, 3) for k, v in models.fit_seconds.items()},
-        "total_seconds": round(time.perf_counter() - started, 1),
-        "embeddings_from_cache": cached,
-    }
-    write_density_report(out, command_line(), settings, tables)
+    worlds_seeds = int_items(phantom_seeds, "--phantom-seeds")
+    seeds = int_items(em_seeds, "--em-seeds")
+    first = int_items(candidates, "--candidates")
+    try:
+        if not worlds_seeds or not seeds or not first:
+            raise ValueError("--phantom-seeds, --em-seeds and --candidates need at least one value")
+        checks = _run(
+            out, force, encoder, worlds_seeds, seeds, first, rare_max, cache_dir,
+            dict(n_archive=n_archive, n_heldout=n_heldout, n_control=n_control,
+                 n_shifted=n_shifted), console,
+        )  # fmt: skip
+    except ValueError as exc:
+        errors.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
     console.print(f"report: {out / 'report.md'}")
+    outcome = {"control": checks["control"]["check"], "known-answer worlds": checks["known_answer"]}
+    failed = [name for name, result in outcome.items() if result != "passed"]
+    if failed:
+        errors.print(f"[red]check failed:[/red] {', '.join(failed)} (see {out / 'report.md'})")
+        raise typer.Exit(CHECK_FAILED)
 
 
-def _markdown(frame) -> str:
-    """A pipe table: index columns first, floats to 3 decimals, NaN blank."""
-    flat = frame.reset_index()
+def _run(out, force, specs, world_seeds, em_seeds, candidates, rare_max, cache_dir, sizes, console):
+    from chexretrieve.encoders import load_encoder
+    from chexretrieve.evaluation.cache_keys import (
+        encoder_fingerprint,
+        phantom_generator_fingerprint,
+    )
+    from chexretrieve.evaluation.config import DensityWorldConfig
+    from chexretrieve.evaluation.density_data import DATA_VERSION
+    from chexretrieve.evaluation.density_report import (
+        code_version,
+        prepare_folder,
+        write_density_report,
+    )
+    from chexretrieve.evaluation.density_runs import run_density_evaluation
+    from chexretrieve.evaluation.phantom_source import check_disjoint_world
+    from chexretrieve.phantom import PhantomConfig
+    from chexretrieve.phantom.config import RENDER_VERSION
 
-    def text(value) -> str:
-        if isinstance(value, float):
-            return "" if value != value else f"{value:.3f}"
-        return str(value).replace("|", "/")
+    started = time.perf_counter()
+    version = code_version()  # before anything runs: the checkout the figures come from
+    prepare_folder(out, force)
+    encoders = [load_encoder(spec) for spec in specs]
+    ids = [e.encoder_id for e in encoders]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"the same encoder was given twice: {', '.join(ids)}")
+    for model in encoders:
+        for seed in world_seeds:
+            check_disjoint_world(model, seed)
+    worlds = [DensityWorldConfig(seed, **sizes) for seed in world_seeds]
+    heard: list[str] = []
 
-    header = [str(c) for c in flat.columns]
-    rows = [[text(v) for v in row] for row in flat.itertuples(index=False)]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
+    def progress(what: str) -> None:
+        heard.append(what)
+        console.print(f"[dim]{what}[/dim]", markup=True)
 
-
-def write_density_report(out: Path, command: str, settings: dict, tables: dict) -> None:
-    from chexretrieve.evaluation.density_claims import claims_text
-
-    out = Path(out)
-    (out / "tables").mkdir(parents=True, exist_ok=True)
-    for name, frame in tables.items():
-        frame.to_csv(out / "tables" / f"{name}.csv")
-    titles = {
-        "ood_auroc_fpr95": "OOD detection: AUROC and FPR95 (held-out phantoms vs each OOD group)",
-        "ood_flag_rates": "The deployed rule: share flagged below the archive's 0.5th percentile",
-        "ood_flag_rates_by_kind": "The deployed rule per kind of phantom render / synthetic image",
-        "pydicom_data_percentiles": "pydicom-data files: percentile among held-out phantoms",
-        "long_tail": "Long tail: rare finding combinations vs the five most common",
-        "decomposition": "Concept decomposition: sparsity and purity of the top component",
-        "component_names": "The 16 heaviest components, named (true findings positive in >= 50 %"
-        " of the component's archive images and >= 1.5 x the archive rate; nearest anchor "
-        "sentence of all findings' sets, both centred)",
-        "component_count": "Component count: held-out log-likelihood per K (archive split 80/20)",
+    progress("fingerprinting encoders and the phantom generator (cache keys and the manifest)")
+    prints = {e.encoder_id: encoder_fingerprint(e, texts=True) for e in encoders}
+    generator = {
+        str(w.seed): phantom_generator_fingerprint(w.seed, PhantomConfig(size=w.size))
+        for w in worlds
     }
-    lines = [
-        "# Archive density on the phantom world: OOD, long tail, concepts",
-        "",
-        f"Command: `{command}`",
-        "",
-        f"Encoder `{settings['encoder']}`, phantom world {settings['phantom_seed']}: "
-        f"{settings['n_archive']} archive phantoms (every model is fitted on these only), "
-        f"{settings['n_heldout']} held-out phantoms (in distribution), {settings['n_ood']} "
-        f"out-of-distribution images. MovMF K = {settings['chosen_K']} (held-out likelihood). "
-        f"Run time {settings['total_seconds']} s ("
-        + (
-            "images and embeddings read from the cache"
-            if settings.get("embeddings_from_cache")
-            else "images generated and embedded in this run; later runs read them from the cache"
-        )
-        + ").",
-        "",
-        "SIMULATION: synthetic phantoms and a small phantom-trained image tower; these figures say "
-        "nothing about clinical performance or about CLIP embeddings of real films.",
-        "",
-        "## The seed's claims, checked here",
-        "",
-        claims_text(tables),
-        "",
-    ]
-    for name, frame in tables.items():
-        lines += [f"## {titles[name]}", "", _markdown(frame), ""]
-    (out / "report.md").write_text("\n".join(lines), encoding="utf-8")
-    manifest = {"command": command, "settings": settings, "tables": sorted(tables)}
-    (out / "manifest.json").write_text(strict_json.dumps(manifest, indent=2), encoding="utf-8")
+    results = run_density_evaluation(
+        encoders, worlds, em_seeds, candidates, rare_max, cache_dir, progress,
+        {k: {n: v for n, v in p.items() if n != "text_probe"} for k, p in prints.items()},
+    )  # fmt: skip
+    results.seconds["total"] = time.perf_counter() - started
+    k_choice = results.frame("k_choice")
+    manifest = {
+        "title": "Archive density evaluation: phantom",
+        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "code_version": version,
+        "render_version": RENDER_VERSION,
+        "data_version": DATA_VERSION,
+        "generator_fingerprints": generator,
+        "encoders": [
+            {"spec": s, **prints[e.encoder_id]} for s, e in zip(specs, encoders, strict=True)
+        ],
+        "anchor_sets": results.anchor_hashes,
+        "priors": [],  # no prior anchor set enters the density evaluation
+        "external_images": results.external_digest,
+        "settings": {
+            "worlds": list(world_seeds),
+            "em_seeds": list(em_seeds),
+            "runs": len(encoders) * len(worlds) * len(em_seeds),
+            **sizes,
+            "size": worlds[0].size,
+            "candidates": list(candidates),
+            "rare_max": rare_max,
+            "external": _external_text(results),
+        },
+        "chosen_K": {
+            f"{r['encoder']} world {r['world']}": int(r["chosen K"])
+            for r in k_choice.to_dict("records")
+        },
+        # True when every embedding was read from the cache (nothing drawn or embedded)
+        "embeddings_cached": not any("(once" in h for h in heard),
+        "seconds": {k: round(v, 1) for k, v in results.seconds.items()},
+        "load_average": round(os.getloadavg()[0], 1),
+    }
+    return write_density_report(out, command_line(), results, manifest)
+
+
+def _external_text(results) -> str:
+    ood = results.frame("ood")
+    counts = ood.drop_duplicates("group").set_index("group")
+    parts = []
+    for group in ("far: other body parts", "far: photographs", "far: synthetic"):
+        if group in counts.index:
+            parts.append(f"{int(counts.loc[group, 'n'])} {group.removeprefix('far: ')}")
+    return ", ".join(parts) + " (RG1, a real chest film, reported apart)"

@@ -1,19 +1,25 @@
-"""The images of the density evaluation (``chexretrieve eval density``), embedded and cached.
+"""The embedded image sets of the density evaluation (``chexretrieve eval density``), cached.
 
-In distribution: phantom cases of one world (not the encoder's training world), split by index into
-the *archive* (the density is fitted on it) and *held-out* phantoms (new in-distribution queries).
-Out of distribution, every group embedded by the same encoder:
+Per phantom *world* (a seed the encoders were not trained on), one set of images, embedded by each
+encoder:
 
-* ``pydicom-data: <file>``: every file of pydicom-data (``data_store``) and of pydicom's own test
-  files that decodes to one greyscale image, whatever its modality, except the PA chest RG1
-  (reported as its own group: a real chest film, not a phantom): RG3 (an extremity CR) in four
-  encodings (uncompressed / JPEG 2000, reversible / irreversible), MR, CT, US, secondary captures.
-* phantom renders that are not frontal chest films: rotated 90° (the phantom world draws only
-  AP/PA, so this stands in for a wrong orientation or a lateral, it is not a true lateral),
-  upside down, grey levels inverted (a MONOCHROME1 file shown as MONOCHROME2), and the chest
-  cropped away (the top-left corner, 40 % of each side, enlarged: shoulder and background).
-* synthetic non-radiographs: uniform and Gaussian noise, smoothed noise, 1/f ("natural-image-like")
-  textures, gratings and constant grey.
+* ``archive``: cases ``0 .. n_archive − 1`` (every density is fitted on these only);
+* ``heldout``: the next ``n_heldout`` cases (new in-distribution queries: the OOD negatives);
+* ``control``: the next ``n_control`` cases, scored as if they were OOD: an in-distribution group
+  whose AUROC against the held-out phantoms must come out near 0.5;
+* ``shifted``: the next ``n_shifted`` source cases, each under every near-distribution shift and
+  display error of :mod:`chexretrieve.evaluation.density_images` (paired: the same source cases).
+
+Once per encoder, the *external* images (the same for every world): the pydicom-data and pydicom
+test files deduplicated by content (other body parts and modalities), the RG1 chest film,
+photographs and synthetic textures.
+
+Cache. One ``.npz`` per (world, encoder) and per (external images, encoder) under the ``eval``
+cache folder, keyed (:mod:`chexretrieve.evaluation.cache_keys`) on ``DATA_VERSION``, the world's
+settings, ``PhantomConfig``, ``RENDER_VERSION`` and the generator's fingerprint of the world's
+first cases, the pixels of every shift applied to a probe case, the pixels of every external
+image, and the encoder's weights hash and probe embeddings. Images are generated once per world
+and embedded in chunks by every encoder that missed (never all held in memory).
 
 SIMULATION: the phantom world is synthetic; figures measured on it say nothing about clinical
 performance.
@@ -21,236 +27,320 @@ performance.
 
 from __future__ import annotations
 
-import hashlib
-import json
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from chexretrieve.cache import cache_folder, write_atomically
+from chexretrieve.evaluation.cache_keys import (
+    cache_key,
+    encoder_fingerprint,
+    phantom_generator_fingerprint,
+    pixels_digest,
+)
+from chexretrieve.evaluation.config import DensityWorldConfig
+from chexretrieve.evaluation.density_images import (
+    CHEST_FILES,
+    DISPLAY_ERRORS,
+    NEAR_IMAGE_SHIFTS,
+    dicom_sample_files,
+    display_error,
+    distinct_images,
+    lateral_phantom,
+    near_shift,
+    photographs,
+    synthetic_images,
+)
 from chexretrieve.findings import FINDINGS
 
-#: bumped whenever the images drawn for a group change (old caches are ignored)
-DATA_VERSION = 2
-#: what ``density_sets`` tells its progress callback when it reads the sets from the cache
-CACHED_MESSAGE = "images and embeddings read from the cache:"
-#: pydicom-data files that are real chest films (their own group, not counted as OOD)
-CHEST_FILES = ("RG1_UNCR.dcm", "RG1_UNCI.dcm", "RG1_J2KR.dcm", "RG1_J2KI.dcm")
+#: bumped whenever what the sets hold changes in a way the fingerprints would not see
+DATA_VERSION = 3
+#: what the set builders tell their progress callback when they read a set from the cache
+CACHED_MESSAGE = "read from the cache:"
+#: group names of the external images
+FAR_BODY_PARTS = "far: other body parts"
+FAR_PHOTOGRAPHS = "far: photographs"
+FAR_SYNTHETIC = "far: synthetic"
+CHEST_FILM = "real chest film (RG1)"
+#: images embedded per encoder call
+_CHUNK = 64
 
 
 @dataclass(frozen=True)
-class DensitySets:
-    """Embeddings (float32 unit rows) and what each row is."""
+class WorldEmbeddings:
+    """One world's sets embedded by one encoder (float32 unit rows)."""
 
     encoder_id: str
+    seed: int
     archive: np.ndarray
+    archive_truth: pd.DataFrame  # columns FINDINGS, true presence 0/1
     heldout: np.ndarray
-    # truth of each archive / held-out phantom (columns FINDINGS, 0/1)
-    archive_truth: pd.DataFrame
     heldout_truth: pd.DataFrame
-    # out-of-distribution rows and their group ("pydicom-data", "phantom transform", "synthetic")
-    ood: np.ndarray
-    ood_group: np.ndarray
-    ood_name: np.ndarray
-    # real chest films (pydicom-data RG1 in its encodings): neither phantom nor OOD
-    chest: np.ndarray
-    chest_name: np.ndarray
+    control: np.ndarray
+    shifted: np.ndarray
+    shifted_group: np.ndarray  # "near" or "display"
+    shifted_kind: np.ndarray  # the shift's name
+    shifted_source: np.ndarray  # the source phantom's index (the bootstrap's cluster)
 
 
-def _phantoms(seed: int, indices, size: int):
+@dataclass(frozen=True)
+class ExternalEmbeddings:
+    """The images that are not phantoms, embedded by one encoder."""
+
+    encoder_id: str
+    rows: np.ndarray
+    group: np.ndarray  # FAR_BODY_PARTS, FAR_PHOTOGRAPHS, FAR_SYNTHETIC or CHEST_FILM
+    name: np.ndarray
+    source: np.ndarray  # the picture an image is made from (the bootstrap's cluster)
+
+
+# --------------------------------------------------------------------------------- the items
+def _truth(case) -> dict[str, float]:
+    return {f: float(bool(case.truth.get(f, False))) for f in FINDINGS}
+
+
+def world_items(
+    settings: DensityWorldConfig,
+) -> Iterator[tuple[str, str, int, np.ndarray, dict | None]]:
+    """(group, kind, source index, image, truth or None) of every image of a world, in order."""
     from chexretrieve.phantom import PhantomConfig, generate_case
 
-    config = PhantomConfig(size=size)
-    images, truth = [], []
-    for index in indices:
-        case = generate_case(seed, int(index), config)
-        images.append(case.image)
-        truth.append({f: float(bool(case.truth.get(f, False))) for f in FINDINGS})
-    return images, pd.DataFrame(truth, columns=list(FINDINGS))
+    config = PhantomConfig(size=settings.size)
+    doubled = PhantomConfig(size=settings.size, nuisance_scale=2.0)
+    seed = settings.seed
+    start = 0
+    for group, count in (
+        ("archive", settings.n_archive),
+        ("heldout", settings.n_heldout),
+        ("control", settings.n_control),
+    ):
+        for index in range(start, start + count):
+            case = generate_case(seed, index, config)
+            yield group, "", index, case.image, _truth(case)
+        start += count
+    for index in range(start, start + settings.n_shifted):
+        base = generate_case(seed, index, config).image
+        rng = np.random.default_rng([seed, index, 7])
+        for kind in NEAR_IMAGE_SHIFTS:
+            yield "near", kind, index, near_shift(base, kind, rng), None
+        image = generate_case(seed, index, doubled).image
+        yield "near", "nuisance ranges doubled", index, image, None
+        yield (
+            "near",
+            "lateral-like projection",
+            index,
+            lateral_phantom(seed, index, settings.size),
+            None,
+        )
+        for kind in DISPLAY_ERRORS:
+            yield "display", kind, index, display_error(base, kind), None
 
 
-def _resize(image: np.ndarray, size: int) -> np.ndarray:
-    from PIL import Image
-
-    return np.asarray(
-        Image.fromarray(image.astype(np.float32), mode="F").resize((size, size), Image.BILINEAR),
-        dtype=np.float32,
+def shifts_fingerprint(settings: DensityWorldConfig) -> str:
+    """Pixels of every shift and display error of one probe source case (the code that draws
+    the shifted groups, whatever the settings name)."""
+    probe = DensityWorldConfig(settings.seed, 1, 1, 1, 1, settings.size)
+    return pixels_digest(
+        image for group, _, _, image, _ in world_items(probe) if group in ("near", "display")
     )
 
 
-def phantom_transforms(images) -> list[tuple[str, np.ndarray]]:
-    """(name, image) renders of phantom chests that are not frontal chest films."""
+def external_images(synthetic: int = 60, size: int = 320) -> list[tuple[str, str, str, np.ndarray]]:
+    """(group, name, source, image) of the external images (module text)."""
+    files = dicom_sample_files()
+    chest = [(n, im) for n, im in files if n.split(" ")[0] in CHEST_FILES]
+    other = [(n, im) for n, im in files if n.split(" ")[0] not in CHEST_FILES]
     out = []
-    for i, image in enumerate(images):
-        side = image.shape[0]
-        corner = image[: int(0.4 * side), : int(0.4 * side)]
-        kind = i % 4
-        if kind == 0:
-            out.append(("rotated 90 degrees", np.ascontiguousarray(np.rot90(image))))
-        elif kind == 1:
-            out.append(("upside down", np.ascontiguousarray(image[::-1])))
-        elif kind == 2:
-            out.append(("grey levels inverted", 1.0 - image))
-        else:
-            out.append(("chest cropped away", np.clip(_resize(corner, side), 0, 1)))
+    for first, image, names in distinct_images(other):
+        label = first if len(names) == 1 else f"{first} (+{len(names) - 1} other encodings)"
+        out.append((FAR_BODY_PARTS, label, first, image))
+    out += [(FAR_PHOTOGRAPHS, name, name, image) for name, image in photographs()]
+    for i, (name, image) in enumerate(synthetic_images(synthetic, size, seed=0)):
+        out.append((FAR_SYNTHETIC, name, f"{name} {i}", image))
+    out += [(CHEST_FILM, name, "RG1", image) for name, image in chest]
     return out
 
 
-def synthetic_images(count: int, size: int, seed: int) -> list[tuple[str, np.ndarray]]:
-    """(name, image) non-radiographs: noise, smoothed noise, 1/f textures, gratings, flat grey."""
-    from scipy.ndimage import gaussian_filter
+# --------------------------------------------------------------------------------- the cache
+def world_cache_key(
+    settings: DensityWorldConfig, encoder_print: dict, generator_print: dict, shifts_print: str
+) -> str:
+    """The key of one (world, encoder) entry: every input its embeddings depend on."""
+    from chexretrieve.phantom import PhantomConfig
 
-    rng = np.random.default_rng(seed)
-    freq = np.sqrt(np.add.outer(np.fft.fftfreq(size) ** 2, np.fft.fftfreq(size) ** 2))
-    freq[0, 0] = 1.0
-    out = []
-    for i in range(count):
-        kind = i % 6
-        if kind == 0:
-            image, name = rng.random((size, size)), "uniform noise"
-        elif kind == 1:
-            image, name = 0.5 + 0.2 * rng.standard_normal((size, size)), "gaussian noise"
-        elif kind == 2:
-            blurred = gaussian_filter(rng.standard_normal((size, size)), sigma=rng.uniform(2, 12))
-            image, name = 0.5 + blurred / (4 * blurred.std() + 1e-9), "smoothed noise"
-        elif kind == 3:
-            spectrum = rng.standard_normal((size, size)) + 1j * rng.standard_normal((size, size))
-            field = np.real(np.fft.ifft2(spectrum / freq ** rng.uniform(1.0, 2.0)))
-            image, name = 0.5 + field / (4 * field.std() + 1e-9), "1/f texture"
-        elif kind == 4:
-            y, x = np.mgrid[0:size, 0:size] / size
-            angle, period = rng.uniform(0, np.pi), rng.uniform(0.03, 0.3)
-            wave = np.sin(2 * np.pi * (x * np.cos(angle) + y * np.sin(angle)) / period)
-            image, name = 0.5 + 0.4 * wave, "grating"
-        else:
-            image, name = np.full((size, size), rng.uniform(0.1, 0.9)), "flat grey"
-        out.append((name, np.clip(image, 0, 1).astype(np.float32)))
-    return out
+    return cache_key(
+        "density-world",
+        {
+            "data_version": DATA_VERSION,
+            "world": asdict(settings),
+            "phantom_config": repr(PhantomConfig(size=settings.size)),
+            "generator": generator_print,  # RENDER_VERSION + the world's first cases
+            "shifts": shifts_print,
+            "encoder": encoder_print,  # weights hash + probe embeddings
+        },
+    )
 
 
-def pydicom_data_images() -> list[tuple[str, np.ndarray]]:
-    """(file name, greyscale pixels in [0, 1]) of every decodable single-image file."""
-    from chexretrieve.dicom import RejectedFile, read_radiograph
-    from chexretrieve.dicom.config import ReadConfig
-
-    try:
-        import data_store  # pydicom-data's package
-    except ImportError:  # pragma: no cover - pydicom-data is a dependency
-        return []
-    config = ReadConfig(allowed_modalities=None)
-    out = []
-    for path in sorted((Path(data_store.__file__).parent / "data").glob("*.dcm")):
-        try:
-            radiograph = read_radiograph(path, config)
-        except (RejectedFile, ValueError, OSError):
-            continue
-        pixels = radiograph.pixels
-        if pixels.ndim == 2 and min(pixels.shape) >= 16 and float(np.ptp(pixels)) > 0:
-            name = f"{path.name} ({radiograph.metadata.modality or 'no modality'})"
-            out.append((name, np.asarray(pixels, dtype=np.float32)))
-    return out
+def external_cache_key(images_print: str, encoder_print: dict) -> str:
+    return cache_key(
+        "density-external",
+        {"data_version": DATA_VERSION, "images": images_print, "encoder": encoder_print},
+    )
 
 
-def _embed(encoder, images, batch: int = 32) -> np.ndarray:
-    parts = [
-        np.asarray(encoder.embed_images(images[i : i + batch]), dtype=np.float32)
-        for i in range(0, len(images), batch)
-    ]
-    rows = np.concatenate(parts) if parts else np.zeros((0, encoder.embed_dim), np.float32)
+def _embed_rows(encoder, images: Sequence[np.ndarray]) -> np.ndarray:
+    rows = np.asarray(encoder.embed_images(list(images)), dtype=np.float32)
     return rows / np.linalg.norm(rows, axis=1, keepdims=True)
 
 
-def density_sets(
-    encoder,
-    seed: int,
-    n_archive: int,
-    n_heldout: int,
-    n_transforms: int,
-    n_synthetic: int,
-    size: int = 320,
-    cache_dir: Path | None = None,
-    progress=None,
-) -> DensitySets:
-    """Generate (or read from the cache) and embed every set; ``progress(what)`` hears each step."""
-    say = progress or (lambda what: None)
-    settings = [DATA_VERSION, encoder.encoder_id, seed, n_archive, n_heldout, n_transforms,
-                n_synthetic, size]  # fmt: skip
-    key = hashlib.sha256(json.dumps(settings).encode()).hexdigest()[:20]
-    path = Path(cache_dir or cache_folder("eval")) / f"density-sets-{key}.npz"
-    if path.is_file():
-        try:
-            loaded = _load(path)
-            say(f"{CACHED_MESSAGE} {path}")
-            return loaded
-        except (OSError, KeyError, ValueError):
-            pass  # damaged: regenerated below
-    say(f"phantom archive: {n_archive} cases of world {seed}")
-    images, archive_truth = _phantoms(seed, range(n_archive), size)
-    archive = _embed(encoder, images)
-    say(f"held-out phantoms: {n_heldout}")
-    images, heldout_truth = _phantoms(seed, range(n_archive, n_archive + n_heldout), size)
-    heldout = _embed(encoder, images)
-    start = n_archive + n_heldout
-    say(f"phantom renders that are not frontal chests: {n_transforms}")
-    source, _ = _phantoms(seed, range(start, start + n_transforms), size)
-    transforms = phantom_transforms(source)
-    synthetic = synthetic_images(n_synthetic, size, seed)
-    say("pydicom-data files")
-    files = pydicom_data_images()
-    chest = [(n, im) for n, im in files if n.split(" ")[0] in CHEST_FILES]
-    other = [(n, im) for n, im in files if n.split(" ")[0] not in CHEST_FILES]
-    groups = (
-        [("pydicom-data", n) for n, _ in other]
-        + [("phantom render", n) for n, _ in transforms]
-        + [("synthetic", n) for n, _ in synthetic]
-    )
-    ood = _embed(encoder, [im for _, im in other + transforms + synthetic])
-    chest_rows = _embed(encoder, [im for _, im in chest])
-    sets = DensitySets(
-        encoder.encoder_id,
-        archive,
-        heldout,
-        archive_truth,
-        heldout_truth,
-        ood,
-        np.array([g for g, _ in groups]),
-        np.array([n for _, n in groups]),
-        chest_rows,
-        np.array([n for n, _ in chest]),
-    )
-    _save(path, sets)
-    return sets
-
-
-def _save(path: Path, sets: DensitySets) -> None:
-    arrays = {
-        "archive": sets.archive,
-        "heldout": sets.heldout,
-        "archive_truth": sets.archive_truth.to_numpy(),
-        "heldout_truth": sets.heldout_truth.to_numpy(),
-        "ood": sets.ood,
-        "ood_group": sets.ood_group.astype(str),
-        "ood_name": sets.ood_name.astype(str),
-        "chest": sets.chest,
-        "chest_name": sets.chest_name.astype(str),
-        "encoder_id": np.array(sets.encoder_id),
-    }
+def _save(path: Path, arrays: dict) -> None:
     write_atomically(path, lambda tmp: np.savez(tmp, **arrays))
 
 
-def _load(path: Path) -> DensitySets:
-    with np.load(path, allow_pickle=False) as data:
-        return DensitySets(
-            str(data["encoder_id"]),
-            data["archive"],
-            data["heldout"],
-            pd.DataFrame(data["archive_truth"], columns=list(FINDINGS)),
-            pd.DataFrame(data["heldout_truth"], columns=list(FINDINGS)),
-            data["ood"],
-            data["ood_group"],
-            data["ood_name"],
-            data["chest"],
-            data["chest_name"],
+def _load(path: Path) -> dict | None:
+    if not path.is_file():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {k: data[k] for k in data.files}
+    except (OSError, KeyError, ValueError):
+        return None  # damaged: recomputed
+
+
+def world_embeddings(
+    encoders: Sequence,
+    settings: DensityWorldConfig,
+    cache_dir: Path | None = None,
+    progress: Callable[[str], None] | None = None,
+    prints: dict | None = None,
+) -> list[WorldEmbeddings]:
+    """One world embedded by each encoder (cached; the images drawn once for all that missed).
+
+    ``prints``: encoder_id -> encoder_fingerprint, when already computed."""
+    from chexretrieve.phantom import PhantomConfig
+
+    say = progress or (lambda what: None)
+    folder = Path(cache_dir or cache_folder("eval"))
+    generator = phantom_generator_fingerprint(settings.seed, PhantomConfig(size=settings.size))
+    shifts = shifts_fingerprint(settings)
+    prints = prints or {}
+    paths, found = [], {}
+    for encoder in encoders:
+        fingerprint = prints.get(encoder.encoder_id) or encoder_fingerprint(encoder)
+        path = folder / f"{world_cache_key(settings, fingerprint, generator, shifts)}.npz"
+        paths.append(path)
+        loaded = _load(path)
+        if loaded is not None:
+            found[encoder.encoder_id] = loaded
+            say(f"world {settings.seed}, {encoder.encoder_id}: {CACHED_MESSAGE} {path.name}")
+    missing = [e for e in encoders if e.encoder_id not in found]
+    if missing:
+        total = settings.n_archive + settings.n_heldout + settings.n_control
+        total += settings.n_shifted * (len(NEAR_IMAGE_SHIFTS) + 2 + len(DISPLAY_ERRORS))
+        say(
+            f"world {settings.seed}: drawing {total} images and embedding them with "
+            f"{', '.join(e.encoder_id for e in missing)} (once; later runs read the cache)"
         )
+        computed = _embed_world(missing, settings, say, total)
+        for encoder, path in zip(encoders, paths, strict=True):
+            if encoder.encoder_id in computed:
+                _save(path, computed[encoder.encoder_id])
+                found[encoder.encoder_id] = computed[encoder.encoder_id]
+    return [_world_from(found[e.encoder_id], e.encoder_id, settings.seed) for e in encoders]
+
+
+def _embed_world(encoders, settings: DensityWorldConfig, say, total: int) -> dict[str, dict]:
+    rows = {e.encoder_id: [] for e in encoders}
+    groups, kinds, sources, truths = [], [], [], []
+    chunk: list[np.ndarray] = []
+
+    def flush() -> None:
+        for encoder in encoders:
+            rows[encoder.encoder_id].append(_embed_rows(encoder, chunk))
+        chunk.clear()
+
+    for group, kind, source, image, truth in world_items(settings):
+        groups.append(group)
+        kinds.append(kind)
+        sources.append(source)
+        truths.append(truth or dict.fromkeys(FINDINGS, np.nan))
+        chunk.append(image)
+        if len(chunk) == _CHUNK:
+            flush()
+            if len(groups) % (_CHUNK * 8) == 0:
+                say(f"world {settings.seed}: {len(groups)} / {total} images")
+    if chunk:
+        flush()
+    meta = {
+        "group": np.array(groups),
+        "kind": np.array(kinds),
+        "source": np.array(sources, dtype=np.int64),
+        "truth": pd.DataFrame(truths, columns=list(FINDINGS)).to_numpy(dtype=np.float32),
+    }
+    return {eid: {"rows": np.concatenate(parts), **meta} for eid, parts in rows.items()}
+
+
+def _world_from(data: dict, encoder_id: str, seed: int) -> WorldEmbeddings:
+    group, rows = data["group"].astype(str), data["rows"]
+    truth = pd.DataFrame(data["truth"], columns=list(FINDINGS))
+    shifted = np.isin(group, ("near", "display"))
+
+    def pick(name):
+        return group == name
+
+    return WorldEmbeddings(
+        encoder_id=encoder_id,
+        seed=seed,
+        archive=rows[pick("archive")],
+        archive_truth=truth[pick("archive")].reset_index(drop=True),
+        heldout=rows[pick("heldout")],
+        heldout_truth=truth[pick("heldout")].reset_index(drop=True),
+        control=rows[pick("control")],
+        shifted=rows[shifted],
+        shifted_group=group[shifted],
+        shifted_kind=data["kind"].astype(str)[shifted],
+        shifted_source=data["source"][shifted],
+    )
+
+
+def external_embeddings(
+    encoders: Sequence,
+    cache_dir: Path | None = None,
+    progress: Callable[[str], None] | None = None,
+    prints: dict | None = None,
+) -> tuple[list[ExternalEmbeddings], str]:
+    """The external images embedded by each encoder (cached), and the digest of their pixels."""
+    say = progress or (lambda what: None)
+    folder = Path(cache_dir or cache_folder("eval"))
+    items = external_images()
+    digest = pixels_digest(image for _, _, _, image in items)
+    digest = cache_key("images", {"pixels": digest, "names": [(g, n, s) for g, n, s, _ in items]})
+    prints = prints or {}
+    out = []
+    for encoder in encoders:
+        fingerprint = prints.get(encoder.encoder_id) or encoder_fingerprint(encoder)
+        path = folder / f"{external_cache_key(digest, fingerprint)}.npz"
+        data = _load(path)
+        if data is None:
+            say(f"external images: embedding {len(items)} with {encoder.encoder_id} (once)")
+            images = [image for _, _, _, image in items]
+            parts = [
+                _embed_rows(encoder, images[i : i + _CHUNK]) for i in range(0, len(images), _CHUNK)
+            ]
+            data = {"rows": np.concatenate(parts)}
+            _save(path, data)
+        else:
+            say(f"external images, {encoder.encoder_id}: {CACHED_MESSAGE} {path.name}")
+        out.append(
+            ExternalEmbeddings(
+                encoder.encoder_id,
+                data["rows"],
+                np.array([g for g, _, _, _ in items]),
+                np.array([n for _, n, _, _ in items]),
+                np.array([s for _, _, s, _ in items]),
+            )
+        )
+    return out, digest

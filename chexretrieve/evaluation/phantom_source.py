@@ -20,6 +20,7 @@ SIMULATION: figures measured on phantoms say nothing about clinical performance.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -77,8 +78,11 @@ def phantom_source(
 ) -> tuple[LabelledArchive, list[EncodedView]]:
     """Generate ``config.n_images`` phantom cases, embed them, and embed the anchors."""
     from chexretrieve.encoders import load_encoder
+    from chexretrieve.evaluation.cache_keys import (
+        encoder_fingerprint,
+        phantom_generator_fingerprint,
+    )
     from chexretrieve.phantom import PhantomConfig
-    from chexretrieve.phantom.config import RENDER_VERSION
 
     if config.n_images < 2:
         raise ValueError(f"the phantom source needs at least 2 images, got {config.n_images}")
@@ -86,16 +90,11 @@ def phantom_source(
     check_disjoint_world(encoder, config.seed)
     folder = cache_folder("eval") if config.cache_dir is None else config.cache_dir
     cache = EmbeddingCache(Path(folder) if folder else None)
-    key = EmbeddingCache.key(
+    key = phantom_embedding_key(
+        config,
         encoder.encoder_id,
-        "phantom",
-        [
-            str(config.seed),
-            str(config.n_images),
-            f"validation labels: {config.validation_labels}",
-            repr(PhantomConfig()),
-            f"render {RENDER_VERSION}",  # new pixels, new embeddings
-        ],
+        encoder_fingerprint(encoder),
+        phantom_generator_fingerprint(config.seed, PhantomConfig()),
     )
     labels_path = Path(folder) / f"{key}.csv" if folder else None
     embeddings = cache.get(key)
@@ -115,6 +114,28 @@ def phantom_source(
     bank = embed_anchor_bank(encoder, texts, cache, show_progress)
     view = EncodedView(encoder.encoder_id, float(encoder.inv_temperature), embeddings, bank)
     return archive, [view]
+
+
+def phantom_embedding_key(
+    config: PhantomSourceConfig, encoder_id: str, encoder_print: dict, generator_print: dict
+) -> str:
+    """The cache key of one phantom world's labels and embeddings: the world (seed, count, label
+    rule, PhantomConfig), ``RENDER_VERSION`` and the generator's fingerprint of its first cases,
+    and the encoder's weights hash and probe embeddings (chexretrieve.evaluation.cache_keys)."""
+    from chexretrieve.phantom import PhantomConfig
+
+    return EmbeddingCache.key(
+        encoder_id,
+        "phantom",
+        [
+            str(config.seed),
+            str(config.n_images),
+            f"validation labels: {config.validation_labels}",
+            repr(PhantomConfig()),
+            json.dumps(generator_print, sort_keys=True),  # RENDER_VERSION + pixels of the world
+            json.dumps(encoder_print, sort_keys=True),  # weights + preprocessing
+        ],
+    )
 
 
 def phantom_patient_ids(seed: int, image_ids) -> list[str]:

@@ -124,7 +124,11 @@ class EmbeddingCache:
 def embed_texts_cached(
     encoder, texts: Sequence[str], cache: EmbeddingCache, show_progress: bool = False
 ) -> np.ndarray:
-    key = EmbeddingCache.key(anchor_cache_key(encoder.encoder_id, encoder), "text", texts)
+    from chexretrieve.evaluation.cache_keys import text_probe
+
+    # the probe: a text tower packaged apart from the weights (MiniLM) changes the vectors too
+    probe = f"text probe: {text_probe(encoder)}"
+    key = EmbeddingCache.key(anchor_cache_key(encoder.encoder_id, encoder), "text", [*texts, probe])
     cached = cache.get(key)
     if cached is not None and cached.shape[0] == len(texts):
         return cached
@@ -182,7 +186,14 @@ def embed_image_files(
     show_progress: bool = True,
 ) -> np.ndarray:
     """(n, d) embeddings of image files in order, cached by (encoder, paths, sizes, mtimes)."""
+    from chexretrieve.evaluation.cache_keys import image_probe
+
     stamps = [f"{p}|{p.stat().st_size}|{p.stat().st_mtime_ns}" for p in paths]
+    # the reader (a change of the default ReadConfig) and the encoder's preprocessing code
+    stamps += [
+        f"reader: {reader.__module__}.{reader.__qualname__}",
+        f"probe: {image_probe(encoder)}",
+    ]
     key = EmbeddingCache.key(encoder.encoder_id, "images", stamps)
     cached = cache.get(key)
     if cached is not None and cached.shape[0] == len(paths):

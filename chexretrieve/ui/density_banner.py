@@ -2,24 +2,22 @@
 
 An out-of-distribution query (``QueryDensity.ood``: its log-density below the archive's low
 percentile) gets a warning box with the plain sentence of ``chexretrieve.density.OOD_MESSAGE``;
-any other query a quiet status line with its archive percentile and its main concepts. A stale fit
-or a missing density is said, never hidden.
+any other query a quiet status line with its archive percentile and its archive cluster (the top
+component of the mixture, by its dominant labels). A stale fit or a missing density is said, never
+hidden.
 """
 
 from __future__ import annotations
 
 from html import escape as esc
 
-#: concepts named in the line (the decomposition itself may hold more)
-SHOWN_CONCEPTS = 2
 
-
-def _concepts(density) -> str:
-    parts = []
-    for share in density.concepts[:SHOWN_CONCEPTS]:
-        labels = " and ".join(share.name.labels) or "no one finding"
-        parts.append(f"cases mostly labelled {labels} ({100 * share.posterior:.0f} %)")
-    return "; ".join(parts)
+def _cluster(density) -> str:
+    """The query's archive cluster by its dominant labels (the mixture's posterior is a hard
+    assignment on the phantom evaluation, so no list of "concepts" with shares is shown)."""
+    if not density.concepts:
+        return ""
+    return ", ".join(density.concepts[0].name.labels) or "no one finding"
 
 
 def _share(density) -> str:
@@ -39,9 +37,12 @@ def density_banner_html(density) -> str:
     if not hasattr(density, "log_density"):
         return f"<div class='cx-message cx-message-info' role='status'>{esc(density.note)}</div>"
     stale = f" Note: {density.note}" if density.note else ""
+    model = {"gaussian": "a Gaussian", "movmf": "the von Mises-Fisher mixture"}.get(
+        getattr(density, "ood_model", ""), "the archive density"
+    )
     technical = esc(
-        f"archive density (von Mises-Fisher mixture, {density.n_components} components): "
-        f"log-density {density.log_density:.1f}, archive percentile {density.percentile:.1f}, "
+        f"typicality under {model} of the archive ({density.n_components}-component mixture "
+        f"for the clusters): log-density {density.log_density:.1f}, archive percentile {density.percentile:.1f}, "
         f"flag threshold {density.threshold:.1f} ({density.ood_percentile:g}th percentile)"
     )
     if density.ood:
@@ -50,9 +51,9 @@ def density_banner_html(density) -> str:
             "<div class='cx-message cx-message-error' role='alert' id='density-flag' "
             f"title='{technical}'>{esc(text)}</div>"
         )
-    concepts = _concepts(density)
+    cluster = _cluster(density)
     text = f"How typical of this archive: {_share(density)}, and this one is not." + (
-        f" It looks most like archived {concepts}." if concepts else ""
+        f" It falls in the archive's cluster of cases mostly labelled {cluster}." if cluster else ""
     )
     return (
         "<div class='cx-message cx-message-info' role='status' id='density-flag' "
@@ -61,8 +62,11 @@ def density_banner_html(density) -> str:
 
 
 def result_concepts_html(service, image_id: int) -> str:
-    """A result's concept decomposition (its top components covering 90 % of its posterior,
-    each named by its dominant labels and nearest anchor sentence); empty without a density."""
+    """A result's archive cluster (its top mixture component, named by its dominant labels and
+    the nearest anchor sentence agreeing with them; the runner-up only for an unclear
+    assignment, ``chexretrieve.density.output.cluster_text``); empty without a density."""
+    from chexretrieve.density.output import cluster_text
+
     provider = getattr(service, "density", None)
     density = provider.held() if provider is not None else None
     gallery = service.gallery if density is not None else None
@@ -70,5 +74,9 @@ def result_concepts_html(service, image_id: int) -> str:
         return ""
     row = gallery.embedding_rows([gallery.row_of(int(image_id))])
     shares = provider.concepts(density, row)[0]
-    items = "".join(f"<li>{100 * s.posterior:.0f} % · {esc(s.name.text())}</li>" for s in shares)
-    return f"<p class='cx-sub'>Concepts (archive density)</p><ul class='cx-concepts'>{items}</ul>"
+    if not shares:
+        return ""
+    return (
+        "<p class='cx-sub'>Archive cluster (archive density)</p>"
+        f"<p class='cx-concepts'>{esc(cluster_text(shares))}</p>"
+    )

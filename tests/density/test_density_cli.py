@@ -89,7 +89,7 @@ def test_search_json_carries_density_and_explain_carries_concepts(archive):
     assert all(hit["concepts"] for hit in payload["hits"])
     text = _cli("search", "--case", "2", "--explain", *common[:-1], cwd=archive["root"],
                 env=archive["env"])  # fmt: skip
-    assert "in distribution" in text.stdout and "concepts:" in text.stdout
+    assert "in distribution" in text.stdout and "archive cluster:" in text.stdout
     audit = [
         json.loads(line) for line in (archive["root"] / "audit.jsonl").read_text().splitlines()
     ]
