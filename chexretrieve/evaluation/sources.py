@@ -46,6 +46,9 @@ class AnchorTexts:
     broad: tuple[str, ...] = ()  # the broad clinical corpus (prior of the posterior models)
     nuisance: dict[str, tuple[str, ...]] = field(default_factory=dict)  # context -> sentences
     provenance: tuple[str, ...] = ()  # id@version of every set used
+    # (id@version, content hash, file) of every set used, in the order of ``provenance``; the broad
+    # sets of the prior are the ones whose id starts with "broad"
+    records: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def broad_sets(self) -> tuple[str, ...]:
@@ -64,23 +67,24 @@ def load_anchor_texts(
     from chexretrieve.anchors.broad_prior import broad_prior_sets, prior_sentences
 
     found: dict[str, tuple] = {}
-    keys: list[str] = []
+    used: list = []
     for finding in findings:
         sets = latest_variants(finding, root)
         if max_variants is not None:
             sets = sets[:max_variants]
         found[finding] = tuple((s.variant or s.key, s.sentences) for s in sets)
-        keys += [s.key for s in sets]
+        used += sets
     contexts = sorted({s.context for s in find_anchor_sets(root) if s.context})
     nuisance: dict[str, tuple[str, ...]] = {}
     for context in contexts:
         if context.startswith("nuisance/"):
             sets = latest_variants(context, root)
             nuisance[context] = tuple(t for s in sets for t in s.sentences)
-            keys += [s.key for s in sets]
+            used += sets
     prior = broad_prior_sets(root)
-    keys += [s.key for s in prior]
-    return AnchorTexts(found, prior_sentences(prior), nuisance, tuple(keys))
+    used += prior
+    records = tuple((s.key, s.content_hash, str(s.path or "")) for s in used)
+    return AnchorTexts(found, prior_sentences(prior), nuisance, tuple(s.key for s in used), records)
 
 
 # ------------------------------------------------------------------------------------ caching
@@ -114,7 +118,13 @@ class EmbeddingCache:
 def embed_texts_cached(
     encoder, texts: Sequence[str], cache: EmbeddingCache, show_progress: bool = False
 ) -> np.ndarray:
-    key = EmbeddingCache.key(anchor_cache_key(encoder.encoder_id, encoder), "text", texts)
+    """The encoder's embeddings of ``texts``, from the cache when an entry for exactly these
+    sentences and this text tower exists (``cache_keys.text_inputs``)."""
+    from chexretrieve.evaluation.cache_keys import text_inputs
+
+    key = EmbeddingCache.key(
+        anchor_cache_key(encoder.encoder_id, encoder), "text", [*text_inputs(encoder), "", *texts]
+    )
     cached = cache.get(key)
     if cached is not None and cached.shape[0] == len(texts):
         return cached
@@ -171,9 +181,13 @@ def embed_image_files(
     reader: Callable[[Path], np.ndarray] = read_image_file,
     show_progress: bool = True,
 ) -> np.ndarray:
-    """(n, d) embeddings of image files in order, cached by (encoder, paths, sizes, mtimes)."""
-    stamps = [f"{p}|{p.stat().st_size}|{p.stat().st_mtime_ns}" for p in paths]
-    key = EmbeddingCache.key(encoder.encoder_id, "images", stamps)
+    """(n, d) embeddings of image files in order, cached by the encoder and the files (paths,
+    sizes, mtimes) and how they are read (``cache_keys``)."""
+    from chexretrieve.evaluation.cache_keys import encoder_inputs, image_file_inputs
+
+    key = EmbeddingCache.key(
+        encoder.encoder_id, "images", [*encoder_inputs(encoder), *image_file_inputs(paths)]
+    )
     cached = cache.get(key)
     if cached is not None and cached.shape[0] == len(paths):
         return cached
@@ -344,10 +358,12 @@ def store_source(
     encoder_config=None,
     cache_dir: str | Path | None = None,
     notes: list[str] | None = None,
+    unlabelled: dict[str, int] | None = None,
 ) -> tuple[LabelledArchive, list[EncodedView]]:
     """Images embedded by every encoder (intersection) that have a label row, with their labels
     and splits, from a store. An image without any label row (a study missing from the label
-    files) is neither query nor key; how many were left out is appended to ``notes``."""
+    files) is neither query nor key; how many were left out is appended to ``notes``, and their
+    count per split (the gallery's split; "" when it has none) is written into ``unlabelled``."""
     from chexretrieve.encoders import load_encoder
     from chexretrieve.store import StoreConfig, open_store
 
@@ -377,6 +393,15 @@ def store_source(
             f"{int((~labelled).sum())} embedded images have no labels in the store and were "
             "left out (neither queries nor keys)"
         )
+    if unlabelled is not None:
+        left_out = galleries[0].metadata.loc[ids[~labelled]]
+        split = (
+            left_out["split"].fillna("").astype(str)
+            if "split" in left_out.columns
+            else pd.Series([""] * len(left_out), dtype=str)
+        )
+        unlabelled.clear()
+        unlabelled.update({str(k): int(v) for k, v in split.value_counts().sort_index().items()})
     ids = ids[labelled]
     meta = galleries[0].metadata.loc[ids]
     frame = labels.reindex(ids)
