@@ -36,6 +36,7 @@ def density_command(
     quiet: bool = typer.Option(False, "--quiet"),
 ) -> None:
     """OOD AUROC/FPR95 (MovMF vs Gaussian vs k-NN), long tail, decomposition purity."""
+    options = dict(locals())  # the manifest's provenance records them (staleness check)
     from rich.console import Console
 
     from chexretrieve.encoders import load_encoder
@@ -110,7 +111,12 @@ def density_command(
         "total_seconds": round(time.perf_counter() - started, 1),
         "embeddings_from_cache": cached,
     }
-    write_density_report(out, command_line(), settings, tables)
+    from chexretrieve.evaluation.provenance import report_provenance
+
+    provenance = report_provenance(
+        "density", encoders=[(encoder, model.encoder_id)], worlds=[phantom_seed], options=options
+    )
+    write_density_report(out, command_line(), settings, tables, provenance)
     console.print(f"report: {out / 'report.md'}")
 
 
@@ -130,7 +136,9 @@ def _markdown(frame) -> str:
     return "\n".join(lines)
 
 
-def write_density_report(out: Path, command: str, settings: dict, tables: dict) -> None:
+def write_density_report(
+    out: Path, command: str, settings: dict, tables: dict, provenance: dict | None = None
+) -> None:
     from chexretrieve.evaluation.density_claims import claims_text
 
     out = Path(out)
@@ -178,4 +186,6 @@ def write_density_report(out: Path, command: str, settings: dict, tables: dict) 
         lines += [f"## {titles[name]}", "", _markdown(frame), ""]
     (out / "report.md").write_text("\n".join(lines), encoding="utf-8")
     manifest = {"command": command, "settings": settings, "tables": sorted(tables)}
+    if provenance:
+        manifest["provenance"] = provenance  # provenance.py's common block
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2), encoding="utf-8")
