@@ -171,6 +171,11 @@ def retrieval_command(
         raise typer.BadParameter(
             "--spread-seeds needs the phantom source (no --db/--chexpert-root)"
         )
+    if len({phantom_seed, *extra_worlds}) != len(extra_worlds) + 1:
+        raise typer.BadParameter(
+            f"--spread-seeds {spread_seeds} repeats a world (--phantom-seed {phantom_seed} is "
+            "always in the headline table); name each other world once"
+        )
     out = _report_folder(out, name)
     err = Console(stderr=True)
     if frontal_only:

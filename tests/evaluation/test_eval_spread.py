@@ -80,6 +80,11 @@ def test_spread_seeds_need_the_phantom_source(tmp_path):
               str(tmp_path / "r")],
     )  # fmt: skip
     assert result.exit_code != 0 and "--spread-seeds needs the phantom source" in result.output
+    result = CliRunner().invoke(
+        app, ["eval", "retrieval", "--spread-seeds", "5,0", "--out", str(tmp_path / "r")]
+    )
+    assert result.exit_code != 0 and "repeats a world" in result.output
+    assert not (tmp_path / "r").exists()
 
 
 class RoundedGeometry(ProjectionGeometry):
