@@ -377,15 +377,14 @@ def _fail(error: Exception, code: int = 2):
 def _report_folder(out: Path | None, name: str) -> Path:
     """``--out`` when it is new or empty (refused otherwise, before any work), else a fresh
     default folder eval/reports/<source>-<date>[-N]."""
-    from chexretrieve.evaluation.report import fresh_report_folder, refuse_existing_report
+    from chexretrieve.evaluation.report import choose_report_folder
 
-    if out is None:
-        return fresh_report_folder(Path("eval/reports") / f"{name}-{dt.date.today().isoformat()}")
     try:
-        refuse_existing_report(out)
+        return choose_report_folder(
+            out, Path("eval/reports") / f"{name}-{dt.date.today().isoformat()}"
+        )
     except FileExistsError as error:
         _fail(error)
-    return out
 
 
 @dataclass

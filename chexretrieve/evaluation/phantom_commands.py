@@ -17,7 +17,7 @@ from chexretrieve.phantom.config import PhantomTrainingConfig
 #: the defaults the help texts quote (one source: the config dataclass)
 _TRAINING_DEFAULTS = PhantomTrainingConfig()
 #: the committed weights' file name; `phantom train` writes here by default (in the working folder)
-DEFAULT_TRAIN_OUT = Path("phantom-v3.pt")
+DEFAULT_TRAIN_OUT = Path("phantom-v4.pt")
 
 
 def train_command(
@@ -54,7 +54,8 @@ def train_command(
     """Train the phantom encoder (image CNN + projection onto the frozen MiniLM) from a fixed seed,
     on report text alone, then measure its gates on the evaluation world (another seed).
 
-    With the defaults this reproduces the bundled weights phantom-v3 (SYNTHETIC phantoms only).
+    With the defaults this reproduces the bundled weights phantom-v4 (--seed 3 and --seed 4: the
+    other two independent runs, phantom-v4-s3 and -s4; SYNTHETIC phantoms only).
     """
     from dataclasses import replace
 

@@ -449,6 +449,15 @@ def fresh_report_folder(base: Path) -> Path:
     return candidate
 
 
+def choose_report_folder(out: Path | None, default: Path) -> Path:
+    """The folder a command writes its report to: ``out`` when it is new or empty
+    (FileExistsError otherwise, raised before any work), else a fresh ``default`` (``-2``, ...)."""
+    if out is None:
+        return fresh_report_folder(default)
+    refuse_existing_report(Path(out))
+    return Path(out)
+
+
 def write_report(report: EvaluationReport, out_dir: str | Path) -> dict[str, Path]:
     """Write the report folder; returns the main paths (markdown, html, manifest, tables...).
 

@@ -23,11 +23,11 @@ from chexretrieve.evaluation.code_version import (
 )
 from chexretrieve.evaluation.provenance import (
     SCHEMA,
-    repo_relative,
     anchor_records,
     command_options,
     encoder_weights_file,
     file_sha256,
+    repo_relative,
     world_fingerprint,
 )
 
