@@ -3,9 +3,9 @@
 A spec is ``KIND[:ARGUMENT][?OPTION=VALUE[&OPTION=VALUE]]``; the kinds (``list_encoders()``):
 
 - ``phantom`` or ``phantom:/path/to/weights.pt`` - the offline phantom model
-  (``chexretrieve.encoders.phantom``, imported only when asked for); ``phantom:phantom-v1``,
-  ``phantom:phantom-v2`` or a stored id such as ``phantom:485f39c445ab`` load the older bundled
-  weights (stores embedded with them);
+  (``chexretrieve.encoders.phantom``, imported only when asked for; the default is phantom-v4);
+  ``phantom:phantom-v1`` ... ``phantom:phantom-v3`` or a stored id such as
+  ``phantom:485f39c445ab`` the older bundled weights (stores embedded with them);
 - ``chexzero:/path/to/checkpoint.pt[?tokenizer=/path/to/bpe_simple_vocab_16e6.txt.gz]`` - one
   CheXzero checkpoint (load each of several separately); the tokenizer is resolved by
   ``resolve_tokenizer`` (spec option, ``EncoderConfig.tokenizer_path``, ``CHEXRETRIEVE_TOKENIZER``,
@@ -110,8 +110,9 @@ _KINDS = {
         ),
         EncoderKind(
             "phantom", "phantom[:WEIGHTS.pt]",
-            "the offline phantom model (demo and tests); phantom:phantom-v1, phantom:phantom-v2 "
-            "or a stored id (phantom:485f39c445ab) load the older bundled weights",
+            "the offline phantom model (demo and tests; default phantom-v4); phantom:phantom-v1 "
+            "... phantom:phantom-v3 or a stored id (phantom:485f39c445ab) load the older bundled "
+            "weights",
             False, (), _load_phantom,
         ),
         EncoderKind(

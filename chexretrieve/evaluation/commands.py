@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import datetime as dt
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import typer
@@ -88,7 +90,10 @@ def retrieval_command(
     ),
     query_resampling: str = typer.Option("shared", "--query-resampling", help="shared | per_cell"),
     experiments: str = typer.Option(
-        "mixing,budget,posterior,temperature,runtime", "--experiments", help="Comma list, or none."
+        "mixing,budget,posterior,temperature",
+        "--experiments",
+        help="Comma list, or none (runtime, Table 4, is opt-in: it times random embeddings and is "
+        "noise on a busy machine).",
     ),
     inv_temperature: float | None = typer.Option(
         None,
@@ -128,6 +133,12 @@ def retrieval_command(
     runtime_anchors: str | None = typer.Option(None, "--runtime-anchors", help="e.g. 10,100,1000"),
     phantom_n: int = typer.Option(1200, "--phantom-n", help="Phantom images (default source)."),
     phantom_seed: int = typer.Option(0, "--phantom-seed", help="Phantom world seed."),
+    spread_seeds: str | None = typer.Option(
+        None,
+        "--spread-seeds",
+        help="Phantom source: more world seeds (e.g. 5,6) whose Tables 2-3 are computed for the "
+        "headline table: mean [min, max] over every world x encoder (the report's world counts).",
+    ),
     max_images_per_split: int | None = typer.Option(
         None, "--max-images-per-split", help="CheXpert: sample this many images per split."
     ),
@@ -146,8 +157,10 @@ def retrieval_command(
     """Per-finding AUPRC of every geometry, differences to cosine and ITI with 95% intervals
     (the paper's Tables 2 and 3), and the experiments of Figs. 3-5 and Table 4, as a report folder.
 
-    Source: --db, or --chexpert-root with --checkpoint/--encoder, or (default) the phantom world.
+    Source: --db, or --chexpert-root with --checkpoint/--encoder, or (default) the phantom world
+    (several --encoder: one interval cell each). A report folder is never overwritten.
     """
+    options = dict(locals())  # every option as given, defaults resolved: the manifest records it
     from dataclasses import replace
 
     from rich.console import Console
@@ -158,6 +171,18 @@ def retrieval_command(
     console = Console() if sys.stdout.isatty() else Console(width=200)
     if db and chexpert_root:
         raise typer.BadParameter("give either --db or --chexpert-root, not both")
+    name = "chexpert" if chexpert_root else "store" if db else "phantom"
+    extra_worlds = int_items(spread_seeds, "--spread-seeds") or ()
+    if extra_worlds and name != "phantom":
+        raise typer.BadParameter(
+            "--spread-seeds needs the phantom source (no --db/--chexpert-root)"
+        )
+    if len({phantom_seed, *extra_worlds}) != len(extra_worlds) + 1:
+        raise typer.BadParameter(
+            f"--spread-seeds {spread_seeds} repeats a world (--phantom-seed {phantom_seed} is "
+            "always in the headline table); name each other world once"
+        )
+    out = _report_folder(out, name)
     err = Console(stderr=True)
     if frontal_only:
         if view_choice != "frontal":
@@ -238,6 +263,10 @@ def retrieval_command(
         _fail(exc)
     specs = [f"chexzero:{p}" for p in checkpoint] + list(encoder)
     show = not quiet
+    # images the store left out for want of a labels row, by split (None: the other sources list
+    # images by their label rows)
+    unlabelled: dict[str, int] | None = {} if db else None
+    worlds: list[int] = []
     if cache_dir is None:
         from chexretrieve.cache import cache_folder
 
@@ -261,7 +290,7 @@ def retrieval_command(
             max_images_per_split=max_images_per_split,
             show_progress=show,
         )
-        source, name = f"CheXpert-layout folder {chexpert_root}", "chexpert"
+        source = f"CheXpert-layout folder {chexpert_root}"
         mixing = replace(mixing, nuisance_label=nuisance_label or "AP/PA")
     elif db:
         from chexretrieve.evaluation.sources import store_source
@@ -275,14 +304,16 @@ def retrieval_command(
                 encoder_config=encoder_config,
                 cache_dir=cache_dir,
                 notes=store_notes,
+                unlabelled=unlabelled,
             )
         except ValueError as exc:  # no such store, no such encoder: one line, exit 2
             _fail(exc)
-        source, name = f"store {db}" + "".join(f"; {n}" for n in store_notes), "store"
+        source = f"store {db}" + "".join(f"; {n}" for n in store_notes)
         mixing = replace(mixing, nuisance_label=nuisance_label or "view_position")
     else:
         from chexretrieve.evaluation.phantom_source import phantom_source
 
+        specs = specs or ["phantom"]
         try:
             phantom = C.PhantomSourceConfig(
                 n_images=phantom_n,
@@ -293,18 +324,21 @@ def retrieval_command(
             archive, views = phantom_source(
                 phantom,
                 texts,
-                encoder_spec=(specs or ["phantom"])[0],
+                encoder_specs=specs,
                 encoder_config=encoder_config,
                 show_progress=show,
             )
         except ValueError as error:
             raise typer.BadParameter(str(error)) from None
+        encoders_word = (
+            "the phantom encoder" if len(specs) == 1 else f"{len(specs)} phantom encoders"
+        )
         source = (
             f"phantom world (SIMULATION), seed {phantom_seed}, {phantom_n} images, generated in "
-            "memory and embedded by the phantom encoder; query (validation) labels: "
+            f"memory and embedded by {encoders_word}; query (validation) labels: "
             f"{validation_labels}"
         )
-        name = "phantom"
+        worlds = [phantom_seed, *extra_worlds]
         mixing = replace(mixing, nuisance_label=nuisance_label or "AP/PA")
     plan = C.EvaluationPlan(
         retrieval=retrieval,
@@ -316,7 +350,34 @@ def retrieval_command(
         temperature=temperature,
         blas_threads=blas_threads or None,
     )
-    _run_and_write(archive, views, plan, out, name, source, texts, console, show)
+    context = RunContext(
+        name=name,
+        source=source,
+        texts=texts,
+        specs=specs or ["phantom"],
+        options=options,
+        anchors={
+            "root": anchors_root,
+            "findings": retrieval.findings,
+            "max_variants": max_variants,
+        },
+        worlds=worlds,
+        unlabelled=unlabelled,
+        spread_world=(
+            (
+                lambda seed: phantom_source(
+                    replace(phantom, seed=seed),
+                    texts,
+                    encoder_specs=specs,
+                    encoder_config=encoder_config,
+                    show_progress=show,
+                )
+            )  # fmt: skip
+            if name == "phantom"
+            else None
+        ),
+    )
+    _run_and_write(archive, views, plan, out, context, console, show)
 
 
 def _fail(error: Exception, code: int = 2):
@@ -328,34 +389,76 @@ def _fail(error: Exception, code: int = 2):
     raise typer.Exit(code) from None
 
 
-def _run_and_write(archive, views, plan, out, name, source, texts, console, show) -> None:
+def _report_folder(out: Path | None, name: str) -> Path:
+    """``--out`` when it is new or empty (refused otherwise, before any work), else a fresh
+    default folder eval/reports/<source>-<date>[-N]."""
+    from chexretrieve.evaluation.report import choose_report_folder
+
+    try:
+        return choose_report_folder(
+            out, Path("eval/reports") / f"{name}-{dt.date.today().isoformat()}"
+        )
+    except FileExistsError as error:
+        _fail(error)
+
+
+@dataclass
+class RunContext:
+    """What the retrieval command knows about a run besides the archive, views and plan."""
+
+    name: str  # source kind: phantom, chexpert, store
+    source: str  # the report's Source line
+    texts: object  # AnchorTexts
+    specs: list[str]  # encoder specs, in the order of the views
+    options: dict  # the command's options (manifest)
+    anchors: dict  # how the anchor sets were chosen (root, findings, max_variants)
+    worlds: list[int] = field(default_factory=list)  # phantom worlds: the report's, then spread
+    unlabelled: dict | None = None  # images without a labels row, by split (None: not applicable)
+    spread_world: Callable | None = None  # seed -> (archive, views) of another phantom world
+
+
+def _run_and_write(archive, views, plan, out: Path, context: RunContext, console, show) -> None:
     from chexretrieve.evaluation.cohort import PatientOverlapError
     from chexretrieve.evaluation.pipeline import NothingEvaluatedError, evaluate
+    from chexretrieve.evaluation.provenance import report_provenance
     from chexretrieve.evaluation.report import table2_frames, table3_frames, write_report
     from chexretrieve.evaluation.tables import to_rich
 
-    out = out or Path("eval/reports") / f"{name}-{dt.date.today().isoformat()}"
     try:
         report = evaluate(
             archive,
             views,
             plan,
-            title=f"Retrieval evaluation: {name}",
+            title=f"Retrieval evaluation: {context.name}",
             command=command_line(),
-            source=source,
+            source=context.source,
             show_progress=show,
-            broad_sets=texts.broad_sets,
+            broad_sets=context.texts.broad_sets,
+            unlabelled=context.unlabelled,
         )
     except PatientOverlapError as exc:
         _fail(exc)
     except NothingEvaluatedError as exc:
         _fail(exc, code=1)
+    texts = context.texts
     report.settings["anchor_sets"] = list(texts.provenance)
     report.settings["prior"] = {"fingerprint": texts.prior_fingerprint, "sets": list(texts.prior)}
     for key, why in texts.prior_left_out:  # never silently: a private set outside this prior
         report.notes.append(
             f"The private broad set {key} ({why}) is not in this prior; `--prior {key}` adds it."
         )
+    if len(context.worlds) > 1 and context.spread_world is not None:
+        from chexretrieve.evaluation.spread import add_spread
+
+        add_spread(report, context.worlds, context.spread_world, plan, show)
+    report.provenance = report_provenance(
+        "retrieval",
+        encoders=list(zip(context.specs, [v.encoder_id for v in views], strict=True)),
+        worlds=context.worlds,
+        texts=context.texts,
+        anchors=context.anchors,
+        options=context.options,
+    )
     paths = write_report(report, out)
     for title, (text, means), compact in (
         ("Table 2: softmax anchor divergence − reference (AUPRC)", table2_frames(report), False),

@@ -55,6 +55,7 @@ def density_command(
     quiet: bool = typer.Option(False, "--quiet"),
 ) -> None:
     """OOD (near, display, far; control and known-answer checks), long tail, decomposition."""
+    options = dict(locals())  # the manifest's provenance records them (staleness check)
     from rich.console import Console
 
     from chexretrieve.evaluation.cli_options import int_items
@@ -71,7 +72,7 @@ def density_command(
         checks = _run(
             out, force, encoder, worlds_seeds, seeds, first, rare_max, cache_dir,
             dict(n_archive=n_archive, n_heldout=n_heldout, n_control=n_control,
-                 n_shifted=n_shifted), console,
+                 n_shifted=n_shifted), console, options,
         )  # fmt: skip
     except ValueError as exc:
         errors.print(f"[red]error:[/red] {exc}")
@@ -84,7 +85,8 @@ def density_command(
         raise typer.Exit(CHECK_FAILED)
 
 
-def _run(out, force, specs, world_seeds, em_seeds, candidates, rare_max, cache_dir, sizes, console):
+def _run(out, force, specs, world_seeds, em_seeds, candidates, rare_max, cache_dir, sizes, console,
+         options):  # fmt: skip
     from chexretrieve.encoders import load_encoder
     from chexretrieve.evaluation.cache_keys import (
         encoder_fingerprint,
@@ -163,6 +165,12 @@ def _run(out, force, specs, world_seeds, em_seeds, candidates, rare_max, cache_d
         "seconds": {k: round(v, 1) for k, v in results.seconds.items()},
         "load_average": round(os.getloadavg()[0], 1),
     }
+    from chexretrieve.evaluation.provenance import report_provenance
+
+    # provenance.py's common block: what the staleness check compares with the checkout
+    manifest["provenance"] = report_provenance(
+        "density", encoders=list(zip(specs, ids, strict=True)), worlds=world_seeds, options=options
+    )
     return write_density_report(out, command_line(), results, manifest)
 
 

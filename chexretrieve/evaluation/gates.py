@@ -228,30 +228,30 @@ def gates_markdown(gates: Gates) -> str:
 
 
 def evaluate_gates(
-    weights: str | None,
+    weights: Sequence[str | None],
     seed: int = 0,
     n_images: int = 3000,
     anchors_root: str | None = None,
     cache_dir: str | None = None,
     device: str = "auto",
     show_progress: bool = True,
-) -> tuple[object, Gates]:
-    """Load the phantom weights (None: the bundled default), generate and embed the evaluation
-    world ``seed`` exactly as ``chexretrieve eval retrieval`` does (same embedding cache; None: the
-    cache root's eval/ folder), and measure the gates."""
+) -> list[tuple[object, Gates]]:
+    """Load each phantom weights file (None: the bundled default), generate the evaluation world
+    ``seed`` once and embed it with every encoder exactly as ``chexretrieve eval retrieval`` does
+    (same embedding cache; None: the cache root's eval/ folder), and measure each one's gates."""
     from chexretrieve.encoders import EncoderConfig, load_encoder
     from chexretrieve.evaluation.config import PhantomSourceConfig
     from chexretrieve.evaluation.phantom_source import phantom_source
     from chexretrieve.evaluation.sources import load_anchor_texts
 
-    spec = "phantom" if weights is None else f"phantom:{weights}"
+    specs = ["phantom" if w is None else f"phantom:{w}" for w in weights]
     encoder_config = EncoderConfig(device=device)
-    encoder = load_encoder(spec, encoder_config)
+    encoders = [load_encoder(spec, encoder_config) for spec in specs]
     texts = load_anchor_texts(anchors_root, FINDINGS)
     source = PhantomSourceConfig(n_images=n_images, seed=seed, cache_dir=cache_dir)
-    archive, (view,) = phantom_source(
-        source, texts, encoder_spec=spec, encoder_config=encoder_config,
-        show_progress=show_progress,
+    archive, views = phantom_source(
+        source, texts, encoder_config=encoder_config, show_progress=show_progress,
+        encoders=encoders,
     )  # fmt: skip
     n_valid = int((archive.splits == "valid").sum())
     world = (
@@ -259,33 +259,111 @@ def evaluate_gates(
         f"keys, {n_valid} validation queries), the archive `chexretrieve eval retrieval "
         f"--phantom-seed {seed} --phantom-n {n_images}` evaluates"
     )
-    return encoder, measure_gates(encoder, archive, view, world, show_progress=show_progress)
+    return [
+        (encoder, measure_gates(encoder, archive, view, world, show_progress=show_progress))
+        for encoder, view in zip(encoders, views, strict=True)
+    ]
 
 
-def gates_page(encoder, gates: Gates, command: str) -> str:
-    """eval/phantom_zero_shot.md: what was measured, on what, from which weights, and the gates."""
+def _encoder_lines(encoder) -> list[str]:
     from chexretrieve.phantom.zero_shot import describe_encoder, generator_status, supervision_note
 
     provenance = getattr(encoder, "provenance", {}) or {}
     trained = provenance.get("generator", {})
+    return [
+        f"- encoder: {describe_encoder(encoder)}",
+        f"- trained on: world seed {trained.get('seed', '?')}, training split, "
+        f"{trained.get('size', '?')} px phantoms, prevalence {trained.get('prevalence', '?')}; "
+        "the evaluation world below is another seed, so every image in it is unseen",
+        f"- supervision: {supervision_note(provenance)}",
+        f"- generator: {generator_status(provenance)}",
+    ]
+
+
+_PROMPT_LINE = (
+    '- zero-shot score: softmax over the prompt pair ("{}", "no {}") of the positive prompt\'s '
+    "logit, the finding's name in lower case; AUROC against the generator's truth"
+)
+
+
+def gates_summary(measured: Sequence[tuple[object, Gates]]) -> str:
+    """One row per encoder, then mean [min, max] over the encoders, as a Markdown table."""
+    rows = []
+    for encoder, gates in measured:
+        _, best = gates.best_image_geometry
+        direction = float(gates.direction_ap.mean().max())
+        seed = ((getattr(encoder, "provenance", {}) or {}).get("generator") or {}).get("seed", "?")
+        rows.append(
+            (
+                f"`{gates.encoder_id}` (training world {seed})",
+                gates.mean_auroc,
+                direction,
+                best,
+                best - direction,
+                all(ok for _, ok, _ in gates.checks()),
+                gates.effective_dimension,
+                gates.inv_temperature * gates.cosine_spread,
+            )
+        )
+    lines = [
+        "| encoder | zero-shot AUROC mean | best prompt-direction AP | best image-to-image AP | "
+        "margin (image − direction) | all gates pass | effective dimension | inv_t x spread |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, auroc, direction, best, margin, ok, dim, sharp in rows:
+        lines.append(
+            f"| {name} | {auroc:.3f} | {direction:.3f} | {best:.3f} | {margin:+.3f} | "
+            f"{'yes' if ok else 'NO'} | {dim} | {sharp:.2f} |"
+        )
+    if len(rows) > 1:
+        columns = list(zip(*[r[1:5] for r in rows], strict=True))
+        cells = [
+            f"{np.mean(c):{'+' if i == 3 else ''}.3f} [{min(c):{'+' if i == 3 else ''}.3f}, "
+            f"{max(c):{'+' if i == 3 else ''}.3f}]"
+            for i, c in enumerate(columns)
+        ]
+        passed = sum(r[5] for r in rows)
+        lines.append(
+            f"| **mean [min, max]** | {' | '.join(cells)} | {passed} of {len(rows)} | "
+            f"{np.mean([r[6] for r in rows]):.1f} | {np.mean([r[7] for r in rows]):.2f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def gates_page(measured: Sequence[tuple[object, Gates]], command: str) -> str:
+    """eval/phantom_zero_shot.md: what was measured, on what, from which weights, and the gates
+    of every encoder (one section each, after a summary when there are several)."""
     lines = [
         "# Phantom encoder: zero-shot AUROC and the evaluation gates",
         "",
         "SIMULATION: synthetic phantoms scored by a model trained on synthetic phantoms; these "
         "figures say nothing about real radiographs.",
         "",
-        f"- encoder: {describe_encoder(encoder)}",
-        f"- trained on: world seed {trained.get('seed', '?')}, training split, "
-        f"{trained.get('size', '?')} px phantoms, prevalence {trained.get('prevalence', '?')}; "
-        "the evaluation world below is another seed, so every image in it is unseen",
-        f"- supervision: {supervision_note(provenance)}",
-        '- zero-shot score: softmax over the prompt pair ("{}", "no {}") of the positive prompt\'s '
-        "logit, the finding's name in lower case; AUROC against the generator's truth",
-        f"- generator: {generator_status(provenance)}",
+    ]
+    if len(measured) == 1:
+        ((encoder, gates),) = measured
+        lines += [
+            *_encoder_lines(encoder),
+            _PROMPT_LINE,
+            f"- reproduce: `{command}`",
+            "",
+            "## Gates",
+            "",
+            gates_markdown(gates),
+        ]
+        return "\n".join(lines)
+    lines += [
+        f"{len(measured)} independently trained encoders, each measured on the same evaluation "
+        "world.",
+        "",
+        _PROMPT_LINE,
         f"- reproduce: `{command}`",
         "",
-        "## Gates",
+        "## Summary",
         "",
-        gates_markdown(gates),
+        gates_summary(measured),
     ]
+    for encoder, gates in measured:
+        lines += [f"## Encoder `{gates.encoder_id}`", "", *_encoder_lines(encoder), ""]
+        lines += [gates_markdown(gates)]
     return "\n".join(lines)

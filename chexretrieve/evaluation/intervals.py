@@ -48,6 +48,7 @@ class Interval:
     n_queries: int
     n_patients: int = 0  # resampled clusters (patients; images when there are no patient ids)
     note: str = ""  # why there is no interval, e.g. "1 patient among the queries"
+    p_value: float = float("nan")  # two-sided bootstrap p-value of "the mean is 0" (bootstrap_p)
 
     @property
     def has_interval(self) -> bool:
@@ -121,11 +122,28 @@ def _replicate_means(
     return means
 
 
+def bootstrap_p(replicates: np.ndarray) -> float:
+    """Two-sided bootstrap p-value of "the mean is 0" from the replicate means: twice the smaller
+    tail share of replicates on either side of 0, each count plus one (the observed sample),
+    ``min(1, 2 min(#{r <= 0} + 1, #{r >= 0} + 1) / (B + 1))``. It inverts the percentile interval:
+    the 95% interval excludes 0 exactly when fewer than 2.5% of the replicates lie beyond it, i.e.
+    about when p < 0.05; with B replicates p is never below 2 / (B + 1)."""
+    reps = np.asarray(replicates, dtype=np.float64)
+    below, above = int((reps <= 0).sum()), int((reps >= 0).sum())
+    return float(min(1.0, 2.0 * (min(below, above) + 1) / (len(reps) + 1)))
+
+
 def _interval(point: float, replicates: np.ndarray, config: IntervalConfig, shape, n_patients):
     tail = (1.0 - config.confidence) / 2.0
     low, high = np.quantile(replicates, [tail, 1.0 - tail])
     return Interval(
-        float(point), float(low), float(high), int(shape[0]), int(shape[1]), int(n_patients)
+        float(point),
+        float(low),
+        float(high),
+        int(shape[0]),
+        int(shape[1]),
+        int(n_patients),
+        p_value=bootstrap_p(replicates),
     )
 
 

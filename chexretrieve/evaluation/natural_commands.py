@@ -7,6 +7,16 @@ from pathlib import Path
 
 import typer
 
+#: the code the natural-image report's numbers depend on (its manifest's provenance)
+NATURAL_MODULES = (
+    "chexretrieve/geometry",
+    "chexretrieve/metrics.py",
+    "chexretrieve/encoders/hf_clip.py",
+    "chexretrieve/evaluation/natural.py",
+    "chexretrieve/evaluation/intervals.py",
+    "chexretrieve/evaluation/experiments.py",
+)
+
 
 def natural_command(
     root: Path = typer.Argument(
@@ -29,7 +39,9 @@ def natural_command(
     device: str = typer.Option("auto", "--device"),
     quiet: bool = typer.Option(False, "--quiet"),
 ) -> None:
-    """Class vs style retrieval with class and style anchors, and their mixture (paper Fig. 3)."""
+    """Class vs style retrieval with class and style anchors, and their mixture (paper Fig. 3).
+    A report folder is never overwritten."""
+    options = dict(locals())  # the manifest's provenance records them
     from rich.console import Console
 
     from chexretrieve.encoders import load_encoder
@@ -42,8 +54,19 @@ def natural_command(
         natural_table_wide,
         read_labelled_folder,
     )
-    from chexretrieve.evaluation.report import EvaluationReport, write_report
+    from chexretrieve.evaluation.report import (
+        EvaluationReport,
+        choose_report_folder,
+        write_report,
+    )
     from chexretrieve.evaluation.tables import to_rich
+
+    try:
+        out = choose_report_folder(
+            out, Path("eval/reports") / f"natural-{dt.date.today().isoformat()}"
+        )
+    except FileExistsError as error:
+        raise typer.BadParameter(str(error)) from None
 
     config = NaturalImageConfig(
         root=str(root),
@@ -94,7 +117,14 @@ def natural_command(
         extra_tables={"AUPRC per coordinate and geometry": wide},
         settings={"natural": config, "intervals": intervals},
     )
-    out = out or Path("eval/reports") / f"natural-{dt.date.today().isoformat()}"
+    from chexretrieve.evaluation.provenance import report_provenance
+
+    report.provenance = report_provenance(
+        "natural",
+        encoders=[(f"hf-clip:{m}", v[0]) for m, v in zip(model, views, strict=True)],
+        options=options,
+        modules=NATURAL_MODULES,
+    )
     paths_out = write_report(report, out)
     table.to_csv(paths_out["tables"] / "natural_auprc.csv", index=False)
     console = Console()

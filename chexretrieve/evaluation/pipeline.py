@@ -6,7 +6,7 @@ notebooks can call it with any archive and views.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from chexretrieve.evaluation.config import EvaluationPlan
 from chexretrieve.evaluation.experiments import (
@@ -49,12 +49,15 @@ def evaluate(
     fitter: Fitter | None = None,
     show_progress: bool = True,
     broad_sets: Sequence[str] | None = None,
+    unlabelled: Mapping[str, int] | None = None,
 ) -> EvaluationReport:
     """Run the tables and every experiment of ``plan``; an experiment that cannot run on this
     data (no nuisance anchors, no broad corpus) is skipped with a note in the report.
 
     ``broad_sets``: the keys of the broad anchor sets pooled as the posterior models' prior (named
-    in the Protocol paragraph). PatientOverlapError when the splits share patients (unless the
+    in the Protocol paragraph); ``unlabelled``: images the source left out for want of a labels
+    row, by split (stated in the Protocol; None: the source lists images by their label rows).
+    PatientOverlapError when the splits share patients (unless the
     protocol allows it); NothingEvaluatedError when no finding could be scored."""
     from threadpoolctl import threadpool_limits  # installed with scikit-learn
 
@@ -63,7 +66,9 @@ def evaluate(
     report.title, report.command, report.source = title, command, source
     run, config = report.run, plan.retrieval
     posterior_used = any(s.posterior for s in run.geometries) or report.posterior is not None
-    report.protocol = protocol_paragraph(config.protocol, run.cohort, broad_sets, posterior_used)
+    report.protocol = protocol_paragraph(
+        config.protocol, run.cohort, broad_sets, posterior_used, unlabelled
+    )
     report.interval_text = interval_paragraph(config.intervals, run.cohort)
     report.settings["broad_sets"] = list(broad_sets or [])
     if "runtime" in plan.experiments:

@@ -41,3 +41,17 @@ def progress_bar(enabled: bool = True):
     )
     with Progress(*columns, transient=False) as progress:
         yield progress
+
+
+#: messages already shown by ``announce`` in this process
+_ANNOUNCED: set[str] = set()
+
+
+def announce(message: str, enabled: bool = True) -> None:
+    """Say once per process, on stderr, what slow work is starting and why (a cache miss)."""
+    if not enabled or message in _ANNOUNCED:
+        return
+    _ANNOUNCED.add(message)
+    from rich.console import Console
+
+    Console(stderr=True).print(f"[cyan]{message}[/]", highlight=False)

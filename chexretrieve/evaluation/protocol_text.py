@@ -8,7 +8,7 @@ exactly what was measured.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from chexretrieve.evaluation.cohort import Cohort
 from chexretrieve.evaluation.config import IntervalConfig, ProtocolConfig
@@ -77,13 +77,43 @@ def _prior_sentence(broad_sets: Sequence[str] | None, posterior_used: bool) -> s
     )
 
 
+def _unlabelled_sentence(unlabelled: Mapping[str, int] | None) -> str:
+    if unlabelled is None:
+        return "Every image of the source has a labels row (the source lists images by them)."
+    total = sum(unlabelled.values())
+    if total == 0:
+        return "Unlabelled images: none (every embedded image has a labels row)."
+    by_split = ", ".join(
+        f"{n} {split}" if split else f"{n} without a recorded split"
+        for split, n in sorted(unlabelled.items())
+    )
+    return (
+        f"Unlabelled images: {total} embedded images have no labels row ({by_split}) and were "
+        "left out before anything else (neither queries nor keys)."
+    )
+
+
+#: how per-query AP treats ties, and where an independent implementation can differ
+TIES_SENTENCE = (
+    "AUPRC is the average precision of each query's ranked key list, averaged over queries; "
+    "per query it equals scikit-learn's `average_precision_score` on the scores the geometry "
+    "computes, ties included (keys with exactly equal scores are one threshold, tested against "
+    "scikit-learn). Ties are exact equalities of those computed scores: keys whose scores are "
+    "equal in exact arithmetic but differ in the last bits (float32 features, blocked matrix "
+    "products) are ranked by their computed values, so an implementation computing the scores "
+    "in another order can differ slightly at such near-ties."
+)
+
+
 def protocol_paragraph(
     config: ProtocolConfig,
     cohort: Cohort | None,
     broad_sets: Sequence[str] | None = None,
     posterior_used: bool = False,
+    unlabelled: Mapping[str, int] | None = None,
 ) -> str:
-    """The Protocol paragraph of a report from ``config`` and what the run found (``cohort``)."""
+    """The Protocol paragraph of a report from ``config`` and what the run found (``cohort``);
+    ``unlabelled``: images the source left out for want of a labels row, by split."""
     return " ".join(
         [
             f"Queries: images of the `{config.query_split}` split labelled positive for the "
@@ -92,6 +122,7 @@ def protocol_paragraph(
             f"{_UNCERTAIN[config.uncertain_as]} (`uncertain_as={config.uncertain_as}`), a blank "
             f"one {_BLANK[config.blank_as]} (`blank_as={config.blank_as}`); a key is relevant "
             "when positive.",
+            _unlabelled_sentence(unlabelled),
             _views_sentence(config, cohort),
             _patients_sentence(config, cohort),
             f"A finding with fewer than {config.min_queries} queries "
@@ -103,8 +134,7 @@ def protocol_paragraph(
             )
             + " is skipped and listed under Skipped.",
             _prior_sentence(broad_sets, posterior_used),
-            "AUPRC is the average precision of each query's ranked key list (scikit-learn's "
-            "definition, ties included), averaged over queries.",
+            TIES_SENTENCE,
         ]
     )
 

@@ -27,17 +27,25 @@ import pandas as pd
 
 from chexretrieve import strict_json
 from chexretrieve.evaluation import figures as F
+from chexretrieve.evaluation.multiplicity import verdict_counts
 from chexretrieve.evaluation.runner import RetrievalRun
 from chexretrieve.evaluation.runtime import runtime_table
-from chexretrieve.evaluation.tables import auprc_wide, difference_wide, to_html, to_markdown
+from chexretrieve.evaluation.spread import spread_markdown_frame
+from chexretrieve.evaluation.tables import (
+    auprc_wide,
+    difference_wide,
+    display_name,
+    to_html,
+    to_markdown,
+)
 
 PROTOCOL_NOTE = (
     "Keys are the key-split images with the finding's uncertain labels handled by `uncertain_as` "
     "(default: dropped) and blanks by `blank_as` (default: negative); queries are the query-split "
     "images labelled positive; a key is relevant when it is positive. AUPRC is the average "
-    "precision "
-    "of each query's ranked key list (scikit-learn's definition, ties included), averaged over "
-    "queries."
+    "precision of each query's ranked key list, averaged over queries: scikit-learn's "
+    "`average_precision_score` on the computed scores, exact ties included (near-ties that "
+    "differ only by floating-point rounding are not ties)."
 )
 INTERVAL_NOTE = (
     "Each entry averages per-query AP (or paired per-query AP differences) over (anchor variant x "
@@ -70,6 +78,9 @@ class EvaluationReport:
     extra_tables: dict[str, pd.DataFrame] = field(default_factory=dict)  # title -> table
     protocol: str = ""  # the Protocol paragraph from the settings used (protocol_text); "": generic
     interval_text: str = ""  # the Intervals paragraph likewise
+    spread: pd.DataFrame | None = None  # spread.spread_summary over world seeds x encoders
+    spread_cells: pd.DataFrame | None = None  # spread.spread_cells of every (world, encoder)
+    provenance: dict[str, Any] = field(default_factory=dict)  # provenance.py; manifest's block
 
 
 def table2_frames(report: EvaluationReport):
@@ -173,6 +184,14 @@ def _sections(report: EvaluationReport) -> list[tuple[str, str, Any]]:
     """(heading, kind, payload) in page order; kind: text | table | frame."""
     s: list[tuple[str, str, Any]] = []
     run = report.run
+    if report.spread is not None and not report.spread.empty:
+        s.append(
+            (
+                "Headline: mean [smallest, largest] over world seeds x encoders",
+                "frame",
+                spread_markdown_frame(report.spread, display_name),
+            )
+        )
     if run is not None:
         data = run.tasks.rename(
             columns={
@@ -187,6 +206,11 @@ def _sections(report: EvaluationReport) -> list[tuple[str, str, Any]]:
             ("Table 2: softmax anchor divergence vs cosine and ITI", "table", table2_frames(report))
         )
         s.append(("Table 3: anchor geometries vs cosine", "table", table3_frames(report)))
+        verdicts = verdict_frames(report)
+        if verdicts is not None:
+            s.append((VERDICT_HEADING, "text", VERDICT_NOTE))
+            s.append(("Verdict counts per comparison", "frame", verdicts[1]))
+            s.append(("Per-finding verdicts", "frame", verdicts[0]))
         if report.auprc is not None and not report.auprc.empty:
             s.append(("AUPRC per geometry", "frame", auprc_wide(report.auprc, run.tasks)))
         if run.skipped:
@@ -231,6 +255,52 @@ def _sections(report: EvaluationReport) -> list[tuple[str, str, Any]]:
         t4 = runtime_table(report.runtime).map(lambda v: f"{v:.3f}")
         s.append(("Table 4: seconds vs number of anchors", "frame", t4))
     return s
+
+
+VERDICT_HEADING = "Per-finding verdicts (exploratory; Holm-adjusted over the findings)"
+VERDICT_NOTE = (
+    "Exploratory. Each cell is one finding's verdict on one comparison after Holm's adjustment "
+    "over the findings of that comparison (family-wise error 0.05): 'holds' (the geometry is "
+    "better), 'reversed' (the reference is better) or 'not shown'; the adjusted p-value in "
+    "brackets. The p-values are the bootstrap p-values of the per-finding intervals (twice the "
+    "smaller share of replicates on either side of 0). An interval excluding 0 in Tables 2-3 is "
+    "an unadjusted, per-finding reading; the Average rows are the comparisons' headline figures "
+    "and are not adjusted. Columns: differences from `tables/differences.csv` (p_value, p_holm, "
+    "verdict)."
+)
+
+
+def verdict_frames(report: EvaluationReport) -> tuple[pd.DataFrame, pd.DataFrame] | None:
+    """(finding x comparison verdict cells, counts per comparison), or None without verdicts."""
+    diffs = report.differences
+    if diffs is None or diffs.empty or "verdict" not in diffs.columns:
+        return None
+    per_finding = diffs[diffs["finding"] != "Average"]
+    if per_finding.empty:
+        return None
+    label = [
+        f"{display_name(g)} − {display_name(r)}"
+        for g, r in zip(per_finding["geometry"], per_finding["reference"], strict=True)
+    ]
+    cell = [
+        "n/a" if v == "n/a" else f"{v} ({p:.3f})"
+        for v, p in zip(per_finding["verdict"], per_finding["p_holm"], strict=True)
+    ]
+    frame = per_finding.assign(column=label, cell=cell)
+    order = list(dict.fromkeys(frame["finding"]))
+    columns = list(dict.fromkeys(frame["column"]))
+    wide = frame.pivot(index="finding", columns="column", values="cell")
+    wide = wide.reindex(index=order, columns=columns).fillna("-")
+    counts = verdict_counts(diffs)
+    counts.insert(
+        0,
+        "comparison",
+        [
+            f"{display_name(g)} − {display_name(r)}"
+            for g, r in zip(counts.pop("geometry"), counts.pop("reference"), strict=True)
+        ],
+    )
+    return wide, counts.set_index("comparison")
 
 
 def _interval_notes(report: EvaluationReport) -> list[str]:
@@ -351,9 +421,40 @@ def _named_per_query(run: RetrievalRun) -> pd.DataFrame:
     return named[order + [c for c in named.columns if c not in order]]
 
 
+def refuse_existing_report(out: Path) -> None:
+    """FileExistsError when ``out`` already holds something: reports are never overwritten."""
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise FileExistsError(
+            f"{out} exists already and a report folder is never overwritten: give a new --out, "
+            "or move the old folder away first"
+        )
+
+
+def fresh_report_folder(base: Path) -> Path:
+    """``base`` when it is free, else ``base-2``, ``base-3``, ... (a default report folder)."""
+    candidate, n = base, 1
+    while candidate.exists():
+        n += 1
+        candidate = base.with_name(f"{base.name}-{n}")
+    return candidate
+
+
+def choose_report_folder(out: Path | None, default: Path) -> Path:
+    """The folder a command writes its report to: ``out`` when it is new or empty
+    (FileExistsError otherwise, raised before any work), else a fresh ``default`` (``-2``, ...)."""
+    if out is None:
+        return fresh_report_folder(default)
+    refuse_existing_report(Path(out))
+    return Path(out)
+
+
 def write_report(report: EvaluationReport, out_dir: str | Path) -> dict[str, Path]:
-    """Write the report folder; returns the main paths (markdown, html, manifest, tables...)."""
+    """Write the report folder; returns the main paths (markdown, html, manifest, tables...).
+
+    A report folder is never overwritten: FileExistsError when ``out_dir`` exists and is not empty
+    (``fresh_report_folder`` picks a new name for a default folder)."""
     out = Path(out_dir)
+    refuse_existing_report(out)
     tables = out / "tables"
     tables.mkdir(parents=True, exist_ok=True)
     run = report.run
@@ -387,6 +488,12 @@ def write_report(report: EvaluationReport, out_dir: str | Path) -> dict[str, Pat
     for title, frame in report.extra_tables.items():
         slug = "".join(c if c.isalnum() else "_" for c in title.lower()).strip("_")
         frame.to_csv(tables / f"{slug}.csv")
+    for name, frame in (("spread", report.spread), ("spread_cells", report.spread_cells)):
+        if frame is not None and not frame.empty:
+            frame.to_csv(tables / f"{name}.csv", index=False)
+    verdicts = verdict_frames(report)
+    if verdicts is not None:
+        verdicts[1].to_csv(tables / "verdict_counts.csv")
     figures = _figures(report, out / "figures")
     (out / "report.md").write_text(render_markdown(report, figures), encoding="utf-8")
     (out / "report.html").write_text(render_html(report, figures), encoding="utf-8")
@@ -400,7 +507,11 @@ def write_report(report: EvaluationReport, out_dir: str | Path) -> dict[str, Pat
         "settings": report.settings,
         "figures": [name for name, _, _ in figures],
     }
-    (out / "manifest.json").write_text(strict_json.dumps(manifest, indent=2), encoding="utf-8")
+    if report.provenance:
+        manifest["provenance"] = report.provenance
+    (out / "manifest.json").write_text(
+        strict_json.dumps(manifest, indent=2), encoding="utf-8"
+    )
     return {
         "markdown": out / "report.md",
         "html": out / "report.html",

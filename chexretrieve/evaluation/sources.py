@@ -49,6 +49,9 @@ class AnchorTexts:
     prior: tuple[dict, ...] = ()  # the prior's sets: key, content_hash, folder, private
     prior_fingerprint: str = ""  # one hash of the prior (keys and content hashes, in order)
     prior_left_out: tuple[tuple[str, str], ...] = ()  # private broad sets not taken, and why
+    # (id@version, content hash, file) of every set used, in the order of ``provenance``; the broad
+    # sets of the prior are the ones whose id starts with "broad"
+    records: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def broad_sets(self) -> tuple[str, ...]:
@@ -71,25 +74,26 @@ def load_anchor_texts(
     from chexretrieve.anchors.broad_prior import prior_sentences, resolve_prior
 
     found: dict[str, tuple] = {}
-    keys: list[str] = []
+    used: list = []
     for finding in findings:
         sets = latest_variants(finding, root)
         if max_variants is not None:
             sets = sets[:max_variants]
         found[finding] = tuple((s.variant or s.key, s.sentences) for s in sets)
-        keys += [s.key for s in sets]
+        used += sets
     contexts = sorted({s.context for s in find_anchor_sets(root) if s.context})
     nuisance: dict[str, tuple[str, ...]] = {}
     for context in contexts:
         if context.startswith("nuisance/"):
             sets = latest_variants(context, root)
             nuisance[context] = tuple(t for s in sets for t in s.sentences)
-            keys += [s.key for s in sets]
+            used += sets
     chosen = resolve_prior(root, store=store, named=prior)
-    keys += list(chosen.keys)
+    used += list(chosen.sets)
+    records = tuple((s.key, s.content_hash, str(s.path or "")) for s in used)
     return AnchorTexts(
-        found, prior_sentences(chosen.sets), nuisance, tuple(keys), tuple(chosen.describe()),
-        chosen.fingerprint, chosen.left_out,
+        found, prior_sentences(chosen.sets), nuisance, tuple(s.key for s in used),
+        tuple(chosen.describe()), chosen.fingerprint, chosen.left_out, records,
     )  # fmt: skip
 
 
@@ -124,11 +128,16 @@ class EmbeddingCache:
 def embed_texts_cached(
     encoder, texts: Sequence[str], cache: EmbeddingCache, show_progress: bool = False
 ) -> np.ndarray:
-    from chexretrieve.evaluation.cache_keys import text_probe
+    """The encoder's embeddings of ``texts``, from the cache when an entry for exactly these
+    sentences and this text tower exists (``cache_keys.text_inputs``, and the tower's embeddings
+    of two probe sentences: a text tower packaged apart from the weights, such as MiniLM)."""
+    from chexretrieve.evaluation.cache_keys import text_inputs, text_probe
 
-    # the probe: a text tower packaged apart from the weights (MiniLM) changes the vectors too
     probe = f"text probe: {text_probe(encoder)}"
-    key = EmbeddingCache.key(anchor_cache_key(encoder.encoder_id, encoder), "text", [*texts, probe])
+    key = EmbeddingCache.key(
+        anchor_cache_key(encoder.encoder_id, encoder), "text",
+        [*text_inputs(encoder), probe, "", *texts],
+    )  # fmt: skip
     cached = cache.get(key)
     if cached is not None and cached.shape[0] == len(texts):
         return cached
@@ -185,16 +194,17 @@ def embed_image_files(
     reader: Callable[[Path], np.ndarray] = read_image_file,
     show_progress: bool = True,
 ) -> np.ndarray:
-    """(n, d) embeddings of image files in order, cached by (encoder, paths, sizes, mtimes)."""
-    from chexretrieve.evaluation.cache_keys import image_probe
+    """(n, d) embeddings of image files in order, cached by the encoder and the files (paths,
+    sizes, mtimes) and how they are read (``cache_keys``), the reader function and the encoder's
+    embeddings of the probe images (its preprocessing as it behaves today)."""
+    from chexretrieve.evaluation.cache_keys import encoder_inputs, image_file_inputs, image_probe
 
-    stamps = [f"{p}|{p.stat().st_size}|{p.stat().st_mtime_ns}" for p in paths]
-    # the reader (a change of the default ReadConfig) and the encoder's preprocessing code
-    stamps += [
+    inputs = [*encoder_inputs(encoder), *image_file_inputs(paths)]
+    inputs += [
         f"reader: {reader.__module__}.{reader.__qualname__}",
         f"probe: {image_probe(encoder)}",
     ]
-    key = EmbeddingCache.key(encoder.encoder_id, "images", stamps)
+    key = EmbeddingCache.key(encoder.encoder_id, "images", inputs)
     cached = cache.get(key)
     if cached is not None and cached.shape[0] == len(paths):
         return cached
@@ -385,10 +395,12 @@ def store_source(
     encoder_config=None,
     cache_dir: str | Path | None = None,
     notes: list[str] | None = None,
+    unlabelled: dict[str, int] | None = None,
 ) -> tuple[LabelledArchive, list[EncodedView]]:
     """Images embedded by every encoder (intersection) that have a label row, with their labels
     and splits, from a store. An image without any label row (a study missing from the label
-    files) is neither query nor key; how many were left out is appended to ``notes``."""
+    files) is neither query nor key; how many were left out is appended to ``notes``, and their
+    count per split (the gallery's split; "" when it has none) is written into ``unlabelled``."""
     from chexretrieve.encoders import load_encoder
     from chexretrieve.store import StoreConfig, open_store
 
@@ -418,6 +430,15 @@ def store_source(
             f"{int((~labelled).sum())} embedded images have no labels in the store and were "
             "left out (neither queries nor keys)"
         )
+    if unlabelled is not None:
+        left_out = galleries[0].metadata.loc[ids[~labelled]]
+        split = (
+            left_out["split"].fillna("").astype(str)
+            if "split" in left_out.columns
+            else pd.Series([""] * len(left_out), dtype=str)
+        )
+        unlabelled.clear()
+        unlabelled.update({str(k): int(v) for k, v in split.value_counts().sort_index().items()})
     ids = ids[labelled]
     meta = galleries[0].metadata.loc[ids]
     frame = labels.reindex(ids)

@@ -17,6 +17,7 @@ import pandas as pd
 
 from chexretrieve.evaluation.config import IntervalConfig
 from chexretrieve.evaluation.intervals import bootstrap_mean, bootstrap_mean_of_findings
+from chexretrieve.evaluation.multiplicity import add_holm
 from chexretrieve.evaluation.runner import RetrievalRun
 
 AVERAGE = "Average"
@@ -130,7 +131,9 @@ def difference_table(
     pairs: Sequence[tuple[str, str]],
     config: IntervalConfig,
 ) -> pd.DataFrame:
-    """Paired AP differences geometry - reference, per finding, with intervals (long form)."""
+    """Paired AP differences geometry - reference, per finding, with intervals (long form), the
+    bootstrap p-value of each, and per finding the Holm-adjusted p-value over the comparison's
+    findings with its (exploratory) verdict (``multiplicity.add_holm``)."""
     available = {s.name for s in run.geometries}
     rows = []
     for p_i, (geometry, reference) in enumerate(pairs):
@@ -156,12 +159,22 @@ def difference_table(
                 seed_offset=7919 * (p_i + 1) + f_i,
                 clusters=clusters_of(run, config, diff.columns),
             )
-            rows.append(_stat_row(finding, interval, geometry=geometry, reference=reference))
+            rows.append(
+                {
+                    **_stat_row(finding, interval, geometry=geometry, reference=reference),
+                    "p_value": interval.p_value,
+                }
+            )
         full = len(matrices) == len(findings)
         avg = _with_average(matrices, config, 7919 * (p_i + 1) + 999, run) if full else None
         if avg is not None:
-            rows.append(_stat_row(AVERAGE, avg, geometry=geometry, reference=reference))
-    return pd.DataFrame(rows)
+            rows.append(
+                {
+                    **_stat_row(AVERAGE, avg, geometry=geometry, reference=reference),
+                    "p_value": avg.p_value,
+                }
+            )
+    return add_holm(pd.DataFrame(rows))
 
 
 def table2_pairs(run: RetrievalRun) -> list[tuple[str, str]]:

@@ -22,7 +22,7 @@ from chexretrieve.evaluation.summaries import AVERAGE, significance
 COUNT_COLUMNS = ("n queries", "n keys", "prevalence")
 
 
-def _display(name: str) -> str:
+def display_name(name: str) -> str:
     head = name.split(":")[0]
     return DISPLAY_NAMES.get(head, head) + (f" ({name.split(':', 1)[1]})" if ":" in name else "")
 
@@ -55,9 +55,9 @@ def difference_wide(
     other = "geometry" if by == "reference" else "reference"
     label = diffs.apply(
         lambda r: (
-            f"{_display(r[other])} − {_display(r['reference'])}"
+            f"{display_name(r[other])} − {display_name(r['reference'])}"
             if by == "reference"
-            else _display(r["geometry"])
+            else display_name(r["geometry"])
         ),
         axis=1,
     )
@@ -88,7 +88,7 @@ def difference_wide(
 
 def auprc_wide(table: pd.DataFrame, tasks: pd.DataFrame) -> pd.DataFrame:
     """Absolute AUPRC, findings as rows and geometries as columns."""
-    frame = table.assign(column=[_display(g) for g in table["geometry"]])
+    frame = table.assign(column=[display_name(g) for g in table["geometry"]])
     order = list(dict.fromkeys(frame["finding"]))
     columns = list(dict.fromkeys(frame["column"]))
     text = frame.assign(

@@ -85,8 +85,8 @@ class PhantomTrainingConfig:
     seed: int = 1
     # training-split phantom cases drawn (the validation split's patients are never used)
     n_images: int = 6000
-    # optimiser steps (phantom-v3: 2,800; v2 had 1,400, too few for image-to-image retrieval to
-    # beat the query-independent prompt direction)
+    # optimiser steps (phantom-v3 and v4: 2,800; v2 had 1,400, too few for image-to-image
+    # retrieval to beat the query-independent prompt direction)
     steps: int = 2800
     # images per step (and texts: one per image)
     batch_size: int = 128

@@ -111,8 +111,12 @@ def test_cli_chexpert_two_checkpoints(tmp_path):
                                  "--frontal-only", "--experiments", "none"])  # fmt: skip
     assert result.exit_code == 0, result.output
     assert "--frontal-only is deprecated" in result.output
-    result = runner.invoke(app, [*args, "--frontal-only", "--views", "all"])
+    fresh = [*args[: at + 1], str(tmp_path / "contradiction"), *args[at + 2 :]]
+    result = runner.invoke(app, [*fresh, "--frontal-only", "--views", "all"])
     assert result.exit_code != 0 and "contradicts --views all" in result.output
+    # a report folder is never overwritten: the same --out again is refused before any work
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2 and "never overwritten" in result.output
 
 
 def test_cli_refuses_a_leaking_chexpert_split_before_embedding(tmp_path):

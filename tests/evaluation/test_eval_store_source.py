@@ -90,6 +90,10 @@ def test_store_source_views_paths_and_patients(tmp_path, monkeypatch):
     md = (tmp_path / "frontal" / "report.md").read_text()
     assert "from the `view_group` column: 22 frontal, 12 lateral" in md
     assert "2 embedded images have no labels in the store and were left out" in md
+    # ... and the Protocol paragraph states the count per split (issue 32)
+    assert (
+        "Unlabelled images: 2 embedded images have no labels row (2 without a recorded split)" in md
+    )
     assert "Patients (from `patient_id`): the query and key splits share no patient" in md
 
     alias = _eval(url, anchors, tmp_path / "alias", "--frontal-only")

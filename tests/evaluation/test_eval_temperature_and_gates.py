@@ -176,3 +176,47 @@ def test_phantom_validation_queries_carry_the_true_labels(tmp_path, monkeypatch)
     # training-split keys keep the report-derived labels either way
     train = archive.splits == "train"
     pd.testing.assert_frame_equal(archive.labels[train], reported.labels[train])
+
+
+def _gates(encoder_id: str, direction: float, image: float, auroc: float):
+    from chexretrieve.evaluation.gates import Gates
+
+    findings = ["Edema", "Cardiomegaly"]
+    return Gates(
+        encoder_id=encoder_id,
+        world="a toy world",
+        zero_shot=pd.DataFrame({"auroc_truth": [auroc, auroc], "positives": [3, 4]}, findings),
+        direction_ap=pd.DataFrame({'"{}" - "no {}"': [direction, direction]}, findings),
+        image_ap=pd.DataFrame({"cosine": [image - 0.1] * 2, "gaussian": [image] * 2}, findings),
+        effective_dimension=20,
+        embed_dim=128,
+        inv_temperature=25.0,
+        cosine_spread=0.1,
+    )
+
+
+def test_the_gates_page_of_several_encoders_has_a_summary_with_their_spread(monkeypatch):
+    from types import SimpleNamespace
+
+    from chexretrieve.evaluation.gates import gates_page
+
+    def encoder(seed):
+        return SimpleNamespace(
+            provenance={"generator": {"seed": seed, "size": 256, "prevalence": 2.0}},
+            encoder_id=f"phantom:{seed:012d}",
+        )
+
+    measured = [
+        (encoder(1), _gates("phantom:000000000001", 0.40, 0.44, 0.82)),
+        (encoder(3), _gates("phantom:000000000003", 0.45, 0.43, 0.84)),
+    ]
+    monkeypatch.setattr("chexretrieve.phantom.zero_shot.describe_encoder", lambda e: e.encoder_id)
+    monkeypatch.setattr("chexretrieve.phantom.zero_shot.generator_status", lambda p: "same")
+    page = gates_page(measured, "chexretrieve phantom gates --weights a --weights b")
+    assert "## Summary" in page and page.count("## Encoder `phantom:") == 2
+    first = "| `phantom:000000000001` (training world 1) | 0.820 | 0.400 | 0.440 | +0.040 | yes |"
+    second = "| `phantom:000000000003` (training world 3) | 0.840 | 0.450 | 0.430 | -0.020 | NO |"
+    assert first in page and second in page
+    # mean [min, max] over the encoders, and how many pass every gate
+    assert "| **mean [min, max]** | 0.830 [0.820, 0.840] | 0.425 [0.400, 0.450] |" in page
+    assert "| 1 of 2 |" in page
