@@ -42,7 +42,8 @@ def density_banner_html(density) -> str:
     )
     technical = esc(
         f"typicality under {model} of the archive ({density.n_components}-component mixture "
-        f"for the clusters): log-density {density.log_density:.1f}, archive percentile {density.percentile:.1f}, "
+        f"for the clusters): log-density {density.log_density:.1f}, archive percentile "
+        f"{density.percentile:.1f}, "
         f"flag threshold {density.threshold:.1f} ({density.ood_percentile:g}th percentile)"
     )
     if density.ood:
