@@ -553,7 +553,10 @@ class CaseLookup(ArchiveThumbnails):
             base_ranks = ranks(cos_scores, cos_eligible, hit_rows)
             base_pct = percentiles(cos_scores, cos_eligible, hit_rows)
         step(0.75, "Chance of the same status at each rank (measured once per geometry)")
-        calibration, note = self._calibration(request, settings, query, name.display)
+        # the archive density's own typicality line replaces the nearest-neighbour note: the
+        # note's scan of every embedding (2 GB at a million images) is then not made
+        density_speaks = hasattr(result.density, "log_density")
+        calibration, note = self._calibration(request, settings, query, not density_speaks)
         step(0.8, "Thumbnails")
         self.prefetch_thumbnails(h.image_id for h in result.hits)
         pct = percentiles(scores, eligible, hit_rows)
@@ -584,23 +587,24 @@ class CaseLookup(ArchiveThumbnails):
                 query.case_id is not None) else None  # fmt: skip
             links = self.viewer_links(user, query_study, [
                 (h.image_id, h.metadata.get("study_uid")) for h in result.hits])  # fmt: skip
-        if hasattr(result.density, "log_density"):
-            note = ""  # the archive density's own typicality line says it (density_banner)
         html = results_html(list(rows), title, finding, legend, selected, relevant, not_relevant,
                             shown_baseline, next(self._serials), links, note)  # fmt: skip
         html = density_banner_html(result.density) + html  # OOD warning / typicality line
         step(1.0, "Done")
         return ResultsPage(result, rows, title, legend, html, shown_baseline)
 
-    def _calibration(self, request, settings: SearchSettings, query: QueryImage, display: str):
-        """(the rank calibration or None, a note when the query is unlike the archive)."""
+    def _calibration(self, request, settings: SearchSettings, query: QueryImage, noted: bool):
+        """(the rank calibration or None, with ``noted`` a note when the query is unlike the
+        archive: its nearest archived image is measured only then)."""
         try:
             calibration = self.service.rank_calibration(request, settings.top_k)
+            if calibration is None or not noted:
+                return calibration, ""
             nearest = self.service.nearest_cosine(request)
         except ValueError:
             return None, ""
         note = ""
-        if calibration is not None and nearest < calibration.nearest_low:
+        if nearest < calibration.nearest_low:
             note = (
                 f"{query.name[0].upper() + query.name[1:]} is unlike this archive: its closest "
                 f"archived image has cosine {nearest:.2f}, while 99 % of archived images have "
