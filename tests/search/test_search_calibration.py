@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from sklearn.isotonic import IsotonicRegression
 
-from chexretrieve.search.calibration import calibrate, isotonic_decreasing, statuses
+from chexretrieve.search.calibration import best_first, calibrate, isotonic_decreasing, statuses
 
 
 def test_isotonic_fit_matches_a_reference_implementation() -> None:
@@ -65,3 +65,19 @@ def test_large_archives_sample_fewer_calibration_queries() -> None:
     assert queries_for(1_000_000, 200) == 20
     assert queries_for(200_000, 200) == 100
     assert queries_for(1_000_000, 10) == 10
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_best_first_positions_equal_a_full_stable_sort(seed) -> None:
+    """best_first (a partition, then a sort of the best) against NumPy's stable sort of every
+    value: ties in position order, NaN last, k past the end, small integers (many ties)."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 400))
+    values = rng.integers(-5, 6, size=n).astype(np.float64)  # many ties
+    if seed % 2:
+        values[rng.random(n) < 0.3] = np.nan
+    if seed == 4:
+        values = rng.standard_normal(n).astype(np.float32)
+    for k in (0, 1, 2, 7, 12, n - 1, n, n + 5):
+        reference = np.argsort(-values, kind="stable")[: max(k, 0)]
+        assert np.array_equal(best_first(values, k), reference), (seed, k)
