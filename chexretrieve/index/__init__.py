@@ -46,7 +46,7 @@ import importlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from chexretrieve.index.config import IndexConfig
+from chexretrieve.index.config import INDEX_ENV, IndexConfig  # INDEX_ENV: non-SQLite stores
 
 if TYPE_CHECKING:
     from chexretrieve.index.builder import IndexBuilder
@@ -54,9 +54,6 @@ if TYPE_CHECKING:
     from chexretrieve.index.handle import ArchiveIndex
     from chexretrieve.index.manifest import IndexUnavailable, Manifest, read_manifest
     from chexretrieve.index.rowfile import IndexDamaged
-
-#: the environment variable naming the index folder of non-SQLite stores (see paths)
-INDEX_ENV = "CHEXRETRIEVE_INDEX"
 
 __all__ = [
     "INDEX_ENV",

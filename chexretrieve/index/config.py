@@ -7,6 +7,9 @@ from pathlib import Path
 
 from chexretrieve.findings import canonical_finding
 
+#: the environment variable naming the index folder of non-SQLite stores (see paths)
+INDEX_ENV = "CHEXRETRIEVE_INDEX"
+
 #: what is verified when an index generation is opened (see chexretrieve.index.rowfile)
 VERIFY_MODES = ("read", "all")
 

@@ -15,8 +15,7 @@ import re
 from pathlib import Path
 
 from chexretrieve.cache import cache_folder
-from chexretrieve.index import INDEX_ENV
-from chexretrieve.index.config import IndexConfig
+from chexretrieve.index.config import INDEX_ENV, IndexConfig
 
 
 def _slug(text: str, length: int = 40) -> str:
