@@ -510,12 +510,12 @@ def main(argv: list[str] | None = None) -> dict:
 
 def report(figures: dict, big: int) -> None:
     browser = figures.get("browser", {})
-    later = browser.get("later") or [float("nan")]
+    later = browser.get("later")  # absent when `serve` was skipped: nothing to report
     measured = {
         "index build": figures.get("build", {}).get("wall"),
         "serve start": figures.get("serve_start_s"),
         "first search": max(browser.get("first", 0), browser.get("other", 0)) or None,
-        "p95 after": float(np.percentile(later, 95)),
+        "p95 after": float(np.percentile(later, 95)) if later else None,
         "p95 after (service)": figures.get("api", {}).get("p95"),
         "RSS beyond the index": figures.get("memory_1", {}).get("beyond"),
         "incremental update": figures.get("update", {}).get("wall"),

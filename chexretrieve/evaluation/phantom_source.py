@@ -111,8 +111,13 @@ def phantom_source(
     # weights and probe embeddings (a change that forgot a version bump still misses)
     generator = phantom_generator_fingerprint(config.seed, PhantomConfig())
     keys = [
-        phantom_embedding_key(config, e.encoder_id, encoder_fingerprint(e), generator,
-                              [*world, "", *encoder_inputs(e)])  # fmt: skip
+        phantom_embedding_key(
+            config,
+            e.encoder_id,
+            encoder_fingerprint(e),
+            generator,
+            [*world, "", *encoder_inputs(e)],
+        )  # fmt: skip
         for e in encoders
     ]
     labels_path = (

@@ -509,9 +509,7 @@ def write_report(report: EvaluationReport, out_dir: str | Path) -> dict[str, Pat
     }
     if report.provenance:
         manifest["provenance"] = report.provenance
-    (out / "manifest.json").write_text(
-        strict_json.dumps(manifest, indent=2), encoding="utf-8"
-    )
+    (out / "manifest.json").write_text(strict_json.dumps(manifest, indent=2), encoding="utf-8")
     return {
         "markdown": out / "report.md",
         "html": out / "report.html",

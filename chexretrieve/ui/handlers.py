@@ -550,10 +550,14 @@ class CaseLookup(ArchiveThumbnails):
 
     def _figure(self, request, query: QueryImage, finding: str, density):
         """(the chance figure or None, a note when the query is unlike the archive and no
-        archive density speaks for it)."""
+        archive density speaks for it). The nearest archived image is measured only when no
+        archive density decides (its scan of every embedding is 2 GB at a million images)."""
         try:
             calibration = self.service.rank_calibration(request, request.top_k)
-            nearest = self.service.nearest_cosine(request)
+            if hasattr(density, "log_density"):
+                nearest = float("nan")  # the density's own verdict decides (unlike_reason)
+            else:
+                nearest = self.service.nearest_cosine(request)
         except ValueError:
             return None, ""
         low = float("nan") if calibration is None else calibration.nearest_low

@@ -10,6 +10,7 @@ import pytest
 from sklearn.isotonic import IsotonicRegression
 
 from chexretrieve.search.calibration import (
+    best_first,
     calibrate,
     isotonic_decreasing,
     sample_queries,
@@ -321,3 +322,19 @@ def test_a_stored_calibration_is_read_back_only_when_sealed_and_sane() -> None:
     missing = {k: v for k, v in record.items() if k not in ("seal", "prevalence")}
     with pytest.raises(ValueError, match="lacks or mistypes"):
         calibration_from_record(_stored(missing, inputs), inputs)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_best_first_positions_equal_a_full_stable_sort(seed) -> None:
+    """best_first (a partition, then a sort of the best) against NumPy's stable sort of every
+    value: ties in position order, NaN last, k past the end, small integers (many ties)."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 400))
+    values = rng.integers(-5, 6, size=n).astype(np.float64)  # many ties
+    if seed % 2:
+        values[rng.random(n) < 0.3] = np.nan
+    if seed == 4:
+        values = rng.standard_normal(n).astype(np.float32)
+    for k in (0, 1, 2, 7, 12, n - 1, n, n + 5):
+        reference = np.argsort(-values, kind="stable")[: max(k, 0)]
+        assert np.array_equal(best_first(values, k), reference), (seed, k)

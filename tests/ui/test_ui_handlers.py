@@ -466,3 +466,39 @@ def test_posterior_latent_geometries_are_not_cosine_and_a_cosine_twin_is_refused
     )
     with pytest.raises(CosineEquivalentGeometryError, match="ranks exactly as cosine"):
         lookup.search(query, SearchSettings(FINDING, "latent_spherical_posterior"))
+
+
+def test_the_unlike_archive_note_scans_the_embeddings_only_when_it_is_shown(lookup, monkeypatch):
+    """The nearest-neighbour note ("unlike this archive") yields to the archive density's own
+    typicality line; its scan of every embedding (2 GB at a million images, for each new query)
+    is made only when the note can be shown."""
+    from chexretrieve.density.provider import QueryDensity
+
+    calls = []
+    monkeypatch.setattr(lookup.service, "nearest_cosine", lambda r: calls.append(r) or -1.0)
+    settings = SearchSettings(FINDING, "softmax", top_k=8)
+    plain = lookup.search(lookup.load_case(5), settings)
+    assert plain.result.density is None and len(calls) == 1
+    assert "is unlike this archive" in plain.html  # nearest -1: below every archived image's
+
+    typical = QueryDensity(
+        log_density=3.0,
+        percentile=40.0,
+        threshold=1.0,
+        ood_percentile=1.0,
+        ood=False,
+        stale=False,
+        revision=1,
+        n_images=30,
+        n_components=2,
+    )
+
+    class Density:
+        def assess(self, query, gallery):
+            return typical
+
+    monkeypatch.setattr(lookup.service, "density", Density())
+    assessed = lookup.search(lookup.load_case(7), settings)
+    assert len(calls) == 1  # not scanned again
+    assert "is unlike this archive" not in assessed.html
+    assert "How typical of this archive" in assessed.html  # the density's line speaks instead
