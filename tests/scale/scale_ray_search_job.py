@@ -17,6 +17,8 @@ import numpy as np
 
 #: the geometries compared (a plain one, the softmax default, quadratic ones, a mixture)
 GEOMETRIES = ("softmax", "cosine", "gaussian", "gmm")
+#: the searches also ranked by an HNSW index per shard
+ANN_CASES = ("softmax-case", "gaussian-case", "cosine-filters")
 
 
 def cases():
@@ -50,7 +52,7 @@ def cases():
     )  # fmt: skip
 
 
-def app_config(spec: dict, backend: str):
+def app_config(spec: dict, backend: str, index_kind: str = "none"):
     from chexretrieve.app import AppConfig
     from chexretrieve.audit.config import AuditConfig
     from chexretrieve.density.config import DensityConfig
@@ -64,16 +66,23 @@ def app_config(spec: dict, backend: str):
     return AppConfig(
         db_url=spec["db"],
         encoder="stand-in:0:32",
-        search=SearchConfig(feature_cache_dir=Path(spec["features"]), sharding=sharding),
+        search=SearchConfig(
+            feature_cache_dir=Path(spec["features"]),
+            sharding=sharding,
+            index_kind=index_kind,
+            index_min_gallery=0,
+        ),  # fmt: skip
         audit=AuditConfig(enabled=False),
         density=DensityConfig(enabled=False),
         index=IndexConfig(feature_dtype=spec["dtype"], density=False),
     )
 
 
-def answers(service) -> dict:
+def answers(service, only: tuple[str, ...] = ()) -> dict:
     found = {}
     for name, request in cases():
+        if only and name not in only:
+            continue
         result = service.search(request)
         found[name] = {
             "ids": [hit.image_id for hit in result.hits],
@@ -92,9 +101,14 @@ def main(spec_path: str, out_path: str) -> None:
     app = open_search_app(app_config(spec, "ray"))  # joins the cluster, starts the shards
     found = answers(app.service)
     placement = app.service.shards.placement()
-    nodes = [node for node in ray.nodes() if node["Alive"]]
     app.service.shards.close()
-    out = {"answers": found, "placement": placement, "nodes": [n["NodeID"] for n in nodes]}
+    # HNSW per shard (index_min_gallery=0: every shard builds one at its first search)
+    hnsw = open_search_app(app_config(spec, "ray", "hnsw"))
+    approximate = answers(hnsw.service, ANN_CASES)
+    nodes = [node for node in ray.nodes() if node["Alive"]]
+    hnsw.service.shards.close()
+    out = {"answers": found, "placement": placement, "nodes": [n["NodeID"] for n in nodes],
+           "hnsw": approximate}  # fmt: skip
     Path(out_path).write_text(json.dumps(out))
 
 

@@ -29,7 +29,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "index"))
 from index_fixtures import make_store, stand_in  # noqa: E402
-from scale_ray_search_job import answers, app_config, cases  # noqa: E402
+from scale_ray_search_job import ANN_CASES, answers, app_config, cases  # noqa: E402
 
 pytestmark = [pytest.mark.service, pytest.mark.slow]
 
@@ -169,6 +169,24 @@ def test_ray_backend_ranks_exactly_as_the_single_process_search(world, name) -> 
     assert got["ids"] == want["ids"]
     assert got["candidates"] == want["candidates"]
     np.testing.assert_allclose(got["scores"], want["scores"], rtol=1e-6, atol=1e-9)
+
+
+def test_hnsw_per_shard_finds_most_of_the_exact_top_k_with_exact_scores(world) -> None:
+    """An HNSW index per shard (SearchConfig.index_kind): approximate, so its top k is compared
+    with the exact one by recall; every score it returns is the exact score of that image."""
+    local, remote, _ = world
+    found = wanted = 0
+    for name in ANN_CASES:
+        want, got = local[name], remote["hnsw"][name]
+        exact = dict(zip(want["ids"], want["scores"], strict=True))
+        assert len(got["ids"]) == len(want["ids"]) and got["candidates"] == want["candidates"]
+        found += len(set(got["ids"]) & set(exact))
+        wanted += len(exact)
+        for image_id, score in zip(got["ids"], got["scores"], strict=True):
+            if image_id in exact:
+                assert score == pytest.approx(exact[image_id], rel=1e-5, abs=1e-6)
+        assert got["scores"] == sorted(got["scores"], reverse=True)
+    assert found / wanted >= 0.9
 
 
 def test_own_study_and_exclusions_are_applied_in_the_shards(world) -> None:
