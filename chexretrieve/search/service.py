@@ -216,15 +216,9 @@ class SearchService:
         gallery = self._gallery_for(request)
         query, own_row = self._query_embedding(request, gallery)
         anchor_set = self.anchors.anchor_set(finding, request.anchor_set)
-        sharded = None  # ranked by the shards of a Ray backend when one is set and can
-        if self.shards is not None:
-            sharded = self.shards.rank(self, request, spec, anchor_set, gallery, query, own_row,
-                                       top_k)  # fmt: skip
-        if sharded is not None:
-            rows, scores, candidates = sharded
-        else:
-            rows, scores, candidates = self._rank(request, finding, spec, anchor_set, gallery,
-                                                  query, own_row, top_k)  # fmt: skip
+        where = (request, spec, anchor_set, gallery, query, own_row, top_k)
+        ranked = None if self.shards is None else self.shards.rank(self, *where)  # None: here
+        rows, scores, candidates = ranked or self._rank(finding, *where)
         hits = self._hits(rows, scores, gallery, query, anchor_set, request.explain)
         assessment = None
         if self.density is not None:
@@ -248,7 +242,7 @@ class SearchService:
             self.audit.search(user, request, result, query_study=study, **extra)
         return result
 
-    def _rank(self, request, finding, spec, anchor_set, gallery, query, own_row, top_k):
+    def _rank(self, finding, request, spec, anchor_set, gallery, query, own_row, top_k):
         """(rows, scores, candidates): the top k of the eligible rows, ranked in this process."""
         geometry, features, key = self._features(spec, anchor_set, gallery)
         mask = self._eligible(request, finding, gallery, own_row)
