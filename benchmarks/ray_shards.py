@@ -120,7 +120,7 @@ def main() -> None:
     scratch = args.keep or Path(tempfile.mkdtemp(prefix="ray-shards-", dir="/tmp"))
     scratch.mkdir(parents=True, exist_ok=True)
     ray_tmp = tempfile.mkdtemp(prefix="rb-", dir="/tmp")
-    os.environ.setdefault("HOME", ray_tmp)
+    os.environ["HOME"] = ray_tmp  # Ray writes its session token under $HOME
     try:
         manifest = write_archive(scratch, args.rows, args.width, args.seed)
         entry = manifest.content["bench_entry"]
