@@ -3,7 +3,8 @@
 The rules (the brief's "one importer per boundary"): SQLAlchemy only in ``chexretrieve.store``,
 Gradio only in ``chexretrieve.ui``, pydicom only in ``chexretrieve.dicom``, openai only in
 ``chexretrieve.anchors.generate``, FAISS only in ``chexretrieve.ann`` and the exact scans of
-``chexretrieve.search.scoring``; ``chexretrieve.geometry`` imports nothing but the standard
+``chexretrieve.search.scoring``, Ray only in ``chexretrieve.distributed`` (distributed ingest and
+the Ray search backend); ``chexretrieve.geometry`` imports nothing but the standard
 library, numpy, scipy, scikit-learn and itself. Every import statement is read with ``ast``,
 function-level ones included (a lazy import still crosses the boundary).
 """
@@ -25,6 +26,7 @@ BOUNDARIES = {
     "faiss": ("chexretrieve.ann", "chexretrieve.search.scoring"),
     "philter_lite": ("chexretrieve.anchors.phi_scrub",),
     "nltk": ("chexretrieve.anchors.phi_scrub",),
+    "ray": ("chexretrieve.distributed",),
 }
 #: the only top-level names chexretrieve.geometry may import besides the standard library
 GEOMETRY_ALLOWED = {"numpy", "scipy", "sklearn", "chexretrieve"}
@@ -78,8 +80,10 @@ def test_the_check_finds_a_crossing(tmp_path):
     (root / "geometry" / "gaussian.py").write_text("import numpy\n\ndef f():\n    import torch\n")
     (root / "search" / "service.py").write_text("from sqlalchemy.orm import Session\n")
     (root / "search" / "scoring.py").write_text("import faiss\nfrom . import service\n")
+    (root / "search" / "backend.py").write_text("def f():\n    import ray.util\n")
     wrong = boundary_violations(imported_roots(root))
     assert wrong == [
         "chexretrieve.geometry.gaussian imports torch (the geometry may not)",
+        "chexretrieve.search.backend imports ray (only chexretrieve.distributed may)",
         "chexretrieve.search.service imports sqlalchemy (only chexretrieve.store may)",
     ]

@@ -60,6 +60,13 @@ def search_command(
         help="Private broad set (id@version or id) joining the posterior prior "
         "besides this store's own imported reports (repeatable).",
     ),  # fmt: skip
+    search_backend: str = typer.Option(
+        "local", "--search-backend", help="Where to rank: local, or ray (shards of the index)."
+    ),
+    ray_address: str | None = typer.Option(
+        None, "--ray-address", help="Ray head HOST:PORT for --search-backend ray ($RAY_ADDRESS)."
+    ),
+    shards: int = typer.Option(4, "--shards", help="Index shards (Ray actors) to rank in."),
 ) -> None:
     """Find archived cases similar to a query case or image with respect to one finding."""
     from rich.console import Console
@@ -68,6 +75,7 @@ def search_command(
     from chexretrieve.app import AppConfig, open_search_app
     from chexretrieve.density.config import FIT_NOW, DensityConfig
     from chexretrieve.index import IndexDamaged
+    from chexretrieve.search.config import SearchConfig, ShardedSearchConfig
     from chexretrieve.search.duplicates import content_signature
     from chexretrieve.search.gallery import SearchFilters
     from chexretrieve.search.output import print_result, result_as_dict
@@ -106,9 +114,10 @@ def search_command(
         # a one-shot process fits a missing archive density now (a background fit would die
         # with the process); `chexretrieve density fit` or `ingest --fit-density` do it ahead
         density = DensityConfig(background_fit_above=FIT_NOW)
-        service = open_search_app(
-            AppConfig(db_url=db, encoder=encoder, density=density, prior=tuple(prior))
-        ).service
+        search = SearchConfig(sharding=ShardedSearchConfig(search_backend, ray_address, shards))
+        config = AppConfig(db_url=db, encoder=encoder, density=density, search=search,
+                           prior=tuple(prior))  # fmt: skip
+        service = open_search_app(config).service
         request = SearchRequest(
             finding=finding,
             geometry=geometry,

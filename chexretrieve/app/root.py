@@ -104,6 +104,11 @@ def open_search_app(
     audit = open_audit_log(config.audit, anchor=store_witness(store))
     anchors = StoreAnchorProvider(store, encoder, config.anchors_dir, prior=config.prior)
     index = open_index(config, store, encoder.encoder_id, anchors, background, progress)
+    shards = None
+    if config.search.sharding.backend == "ray":
+        from chexretrieve.distributed import ray_search_backend
+
+        shards = ray_search_backend(index, config.search)
     if index is not None:
         from chexretrieve.index.services import IndexAnchors, IndexDensityProvider
 
@@ -113,7 +118,8 @@ def open_search_app(
             density = IndexDensityProvider(store, encoder.encoder_id, config.density, anchors)
         service = SearchService(index.gallery, anchors, encoder=encoder, config=config.search,
                                 audit=audit, revision=index.revision_token, density=density,
-                                thumbnails=store.read_thumbnails, index=index)  # fmt: skip
+                                thumbnails=store.read_thumbnails, index=index,
+                                shards=shards)  # fmt: skip
         return SearchApp(config, store, encoder, anchors, audit, service)
     density = None
     if config.density.enabled:

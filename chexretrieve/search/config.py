@@ -2,8 +2,40 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+#: where searches rank (ShardedSearchConfig.backend)
+SEARCH_BACKENDS = ("local", "ray")
+
+
+@dataclass(frozen=True)
+class ShardedSearchConfig:
+    # where a search ranks the archive: "local" = this process scans the archive index; "ray" =
+    # actors on a Ray cluster, each holding one contiguous row range (shard) of the index by
+    # memory map, rank their shard and the top k are merged here (chexretrieve.distributed)
+    backend: str = "local"
+    # Ray cluster to join ("HOST:PORT" of a head, or "ray://HOST:10001"); None = $RAY_ADDRESS,
+    # else a Ray instance started in this process (one machine)
+    ray_address: str | None = None
+    # shards (one actor each) the index's rows are split into
+    shards: int = 4
+    # "" = Ray places the actors; else shard k runs on a node that offers the custom resource
+    # f"{pin_resource}{k}" (`ray start --resources='{"shard1": 1}'`), one node per shard
+    pin_resource: str = ""
+    # seconds the driver waits for every shard's answer before the search fails
+    timeout_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if self.backend not in SEARCH_BACKENDS:
+            raise ValueError(
+                f"unknown search backend {self.backend!r}; choose one of: "
+                f"{', '.join(SEARCH_BACKENDS)}"
+            )
+        if self.shards < 1:
+            raise ValueError(f"shards must be at least 1, got {self.shards}")
+        if self.timeout_s <= 0:
+            raise ValueError(f"timeout_s must be positive, got {self.timeout_s}")
 
 
 @dataclass(frozen=True)
@@ -56,6 +88,9 @@ class SearchConfig:
     # labelled archived images searched to measure, per geometry and finding, the chance that a
     # result at each rank shares the query's finding status (chexretrieve.search.calibration)
     calibration_queries: int = 200
+    # where searches rank: this process, or shards of the archive index on a Ray cluster
+    # (ShardedSearchConfig.* rows)
+    sharding: ShardedSearchConfig = field(default_factory=ShardedSearchConfig)
 
     def __post_init__(self) -> None:
         if self.storage_dtype not in ("float32", "float16"):

@@ -324,6 +324,39 @@ def filter_mask(gallery: Gallery, filters: SearchFilters, finding: str) -> np.nd
     return mask
 
 
+@dataclass(frozen=True)
+class Exclusions:
+    """What a search never returns besides the filtered rows: the query's own study and
+    copies (``SearchService._eligible``; applied again in each shard by the Ray backend)."""
+
+    # gallery rows excluded by id (archived copies of an uploaded query, request.exclude_ids)
+    rows: tuple[int, ...] = ()
+    # the archived query case's row, and its study's code (gallery.study_codes; -1 unknown)
+    own_row: int | None = None
+    own_study: int | None = None
+    # an uploaded query's study UID and pixel hash: rows carrying them are excluded
+    study_uid: str | None = None
+    pixel_sha256: str | None = None
+
+
+def eligible_mask(gallery, filters: SearchFilters, finding: str, exclusions: Exclusions,
+                  start: int = 0) -> np.ndarray:  # fmt: skip
+    """Rows of ``gallery`` that pass the filters and are not excluded. ``gallery`` may hold
+    only rows [start, start + len) of the archive (a shard): ``exclusions`` name archive rows."""
+    mask = filter_mask(gallery, filters, finding)
+    stop = start + len(mask)
+    named = (*exclusions.rows, *(() if exclusions.own_row is None else (exclusions.own_row,)))
+    local = [int(row) - start for row in named if start <= int(row) < stop]
+    if exclusions.own_study is not None and exclusions.own_study >= 0:
+        mask &= gallery.study_codes != exclusions.own_study  # type: ignore[attr-defined]
+    mask[local] = False
+    for column, value in (("study_uid", exclusions.study_uid),
+                          ("pixel_sha256", exclusions.pixel_sha256)):  # fmt: skip
+        if value and gallery.has_column(column):
+            mask &= gallery.columns.not_equal(column, value)  # type: ignore[attr-defined]
+    return mask
+
+
 def _isin_codes(codes: np.ndarray, uniques: pd.Index, wanted: set) -> np.ndarray:
     """Rows whose value is one of ``wanted``, from the column's factorised codes."""
     hit = np.append(np.asarray([u in wanted for u in uniques], dtype=bool), False)

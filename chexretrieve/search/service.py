@@ -34,7 +34,13 @@ from chexretrieve.search.features import (
     default_cache_folder,
     parse_geometry,
 )
-from chexretrieve.search.gallery import Gallery, SearchFilters, filter_mask, with_embeddings
+from chexretrieve.search.gallery import (
+    Exclusions,
+    Gallery,
+    SearchFilters,
+    eligible_mask,
+    with_embeddings,
+)
 from chexretrieve.search.requests import (
     AnchorProvider,
     AnchorSetRef,
@@ -71,8 +77,12 @@ class SearchService:
         density=None,
         thumbnails=None,
         index=None,
+        shards=None,
     ):
         self.config = config or SearchConfig()
+        # optional chexretrieve.distributed.ray_search.RaySearchBackend: ranks the archive index
+        # in Ray actors holding one shard each (SearchConfig.sharding); None = in this process
+        self.shards = shards
         # optional archive index (chexretrieve.index.ArchiveIndex): the gallery's features and
         # rank calibrations as built at ingest, scanned in place; what it lacks is computed here
         self.index = index
@@ -206,20 +216,9 @@ class SearchService:
         gallery = self._gallery_for(request)
         query, own_row = self._query_embedding(request, gallery)
         anchor_set = self.anchors.anchor_set(finding, request.anchor_set)
-        geometry, features, key = self._features(spec, anchor_set, gallery)
-        mask = self._eligible(request, finding, gallery, own_row)
-        candidates = int(mask.sum())
-        k = min(top_k, candidates)
-        ranked = None
-        if k > 0 and self._ranks_by_index(request, gallery):
-            ranked = self._rank_by_index(geometry, features, key, gallery, query, mask, k)
-        if ranked is None:
-            vector, offset = self._query_vector(geometry, features, query, request, gallery)
-            threads = self.config.scan_threads or os.cpu_count() or 1
-            ranked = rank_exactly(
-                features, vector, offset, mask, candidates, k, gallery.image_ids, threads
-            )
-        rows, scores = ranked
+        where = (request, spec, anchor_set, gallery, query, own_row, top_k)
+        ranked = None if self.shards is None else self.shards.rank(self, *where)  # None: here
+        rows, scores, candidates = ranked or self._rank(finding, *where)
         hits = self._hits(rows, scores, gallery, query, anchor_set, request.explain)
         assessment = None
         if self.density is not None:
@@ -244,6 +243,23 @@ class SearchService:
             self.audit.search(user, request, result, query_study=study, **extra)
         return result
 
+    def _rank(self, finding, request, spec, anchor_set, gallery, query, own_row, top_k):
+        """(rows, scores, candidates): the top k of the eligible rows, ranked in this process."""
+        geometry, features, key = self._features(spec, anchor_set, gallery)
+        mask = self._eligible(request, finding, gallery, own_row)
+        candidates = int(mask.sum())
+        k = min(top_k, candidates)
+        ranked = None
+        if k > 0 and self._ranks_by_index(request, gallery):
+            ranked = self._rank_by_index(geometry, features, key, gallery, query, mask, k)
+        if ranked is None:
+            vector, offset = self._query_vector(geometry, features, query, request, gallery)
+            threads = self.config.scan_threads or os.cpu_count() or 1
+            ranked = rank_exactly(
+                features, vector, offset, mask, candidates, k, gallery.image_ids, threads
+            )
+        return (*ranked, candidates)
+
     def gallery_scores(self, request: SearchRequest) -> tuple[np.ndarray, np.ndarray]:
         """(scores, eligible) over every gallery row: what ``search`` ranks, before the top-k cut.
 
@@ -267,23 +283,16 @@ class SearchService:
         """Rows that pass the filters, not of the query's own study (an archived case's, or
         ``query_study_uid``), not copies of an uploaded query's pixels (``query_pixel_sha256``)
         and not copies of its content (``query_signature``, see ``copies_of``)."""
-        mask = filter_mask(gallery, request.filters, finding)
+        exclusions = self.exclusions(request, gallery, own_row)
+        return eligible_mask(gallery, request.filters, finding, exclusions)
+
+    def exclusions(self, request, gallery, own_row) -> Exclusions:
+        """What ``request`` never returns besides its filters (see ``_eligible``)."""
         copies = self.copies_of(request, gallery)
         excluded = [*copies, *(i for i in request.exclude_ids if int(i) in gallery)]
-        if excluded:
-            mask[[gallery.row_of(i) for i in excluded]] = False
-        if own_row is not None:
-            study = gallery.study_codes[own_row]  # type: ignore[attr-defined]
-            if study >= 0:
-                mask &= gallery.study_codes != study  # type: ignore[attr-defined]
-            mask[own_row] = False
-        for column, value in (
-            ("study_uid", request.query_study_uid),
-            ("pixel_sha256", request.query_pixel_sha256),
-        ):
-            if value and gallery.has_column(column):
-                mask &= gallery.columns.not_equal(column, value)  # type: ignore[attr-defined]
-        return mask
+        study = None if own_row is None else int(gallery.study_codes[own_row])  # type: ignore[attr-defined]
+        return Exclusions(tuple(gallery.row_of(i) for i in excluded), own_row, study,
+                          request.query_study_uid, request.query_pixel_sha256)  # fmt: skip
 
     def copies_of(self, request: SearchRequest, gallery: Gallery | None = None) -> tuple[int, ...]:
         """Image ids of archived copies of an uploaded query by content (re-encoded, resized):

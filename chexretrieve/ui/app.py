@@ -65,7 +65,8 @@ def open_case_lookup(config: UIConfig, store=None, encoder=None) -> tuple[CaseLo
     from chexretrieve.app import AppConfig, open_search_app
     from chexretrieve.search.config import SearchConfig
 
-    search = SearchConfig(feature_cache_dir=config.feature_cache_dir, index_kind=config.index_kind)
+    search = SearchConfig(feature_cache_dir=config.feature_cache_dir, index_kind=config.index_kind,
+                          sharding=config.sharding)  # fmt: skip
     root = open_search_app(
         AppConfig(config.db_url, config.encoder, anchors_dir=config.anchors_dir, search=search,
                   index=config.index, prior=config.prior),

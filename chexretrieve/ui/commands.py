@@ -85,6 +85,13 @@ def serve_command(
         "--index",
         help="Ranking index for galleries of 500,000+ images: none, exact, hnsw, ivf.",
     ),
+    search_backend: str = typer.Option(
+        "local", "--search-backend", help="Where to rank: local, or ray (shards of the index)."
+    ),
+    ray_address: str | None = typer.Option(
+        None, "--ray-address", help="Ray head HOST:PORT for --search-backend ray ($RAY_ADDRESS)."
+    ),
+    shards: int = typer.Option(4, "--shards", help="Index shards (Ray actors) to rank in."),
     dicomweb: str | None = typer.Option(
         None,
         "--dicomweb",
@@ -102,6 +109,7 @@ def serve_command(
     from rich.markup import escape
 
     from chexretrieve.accounts.config import AccessConfig
+    from chexretrieve.search.config import ShardedSearchConfig
     from chexretrieve.ui.config import UIConfig
 
     console = Console(stderr=True)
@@ -136,6 +144,7 @@ def serve_command(
             prior=tuple(prior),
             reports_csv=tuple(reports_csv),
             index_kind=index,
+            sharding=ShardedSearchConfig(search_backend, ray_address, shards),
             dicomweb_url=dicomweb,
             ohif_dir=ohif_dir,
         )

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from chexretrieve.accounts.config import AccessConfig
 from chexretrieve.index.config import IndexConfig
+from chexretrieve.search.config import ShardedSearchConfig
 
 #: how users sign in (chexretrieve.ui.access): none (loopback only), accounts, header (SSO proxy)
 SIGN_IN_MODES = ("none", "accounts", "header")
@@ -79,6 +80,9 @@ class UIConfig:
     # ranking index for galleries of 500,000 images or more: "none" (exact), "exact", "hnsw", "ivf"
     # (SearchConfig.index_kind; built on the first search of each geometry)
     index_kind: str = "none"
+    # where searches rank: this process, or shards of the archive index in Ray actors
+    # (SearchConfig.sharding; ShardedSearchConfig.* rows)
+    sharding: ShardedSearchConfig = field(default_factory=ShardedSearchConfig)
     # the installed OHIF Viewer's dist/ folder served under /viewer; None = the one `make setup`
     # installs (<venv>/ohif/3.13.2/dist), and no viewer links when it is not installed
     ohif_dir: Path | None = None
