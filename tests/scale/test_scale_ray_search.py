@@ -50,7 +50,10 @@ class RayClusterInNamespace:
         self.root, self.workers = root, workers
         self.name = f"chexray-{uuid.uuid4().hex[:8]}"
         self.procs: list[subprocess.Popen] = []
-        self.env = {**os.environ, "HOME": str(root), "RAY_USAGE_STATS_ENABLED": "0"}
+        # not the RAY_* variables an earlier in-process ray.init left in os.environ (it sets
+        # RAY_AUTH_MODE=token, and a cluster started with it wants a token this one never made)
+        inherited = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+        self.env = {**inherited, "HOME": str(root), "RAY_USAGE_STATS_ENABLED": "0"}
 
     def run(self, *command: str, **kwargs) -> subprocess.CompletedProcess:
         return subprocess.run(["ip", "netns", "exec", self.name, *command], env=self.env,
