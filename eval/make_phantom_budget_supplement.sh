@@ -8,7 +8,7 @@
 set -eu
 REPORT="${1:?give the report folder the supplement goes into}"
 . "$(dirname "$0")/step.sh"
-require_v4_runs  # phantom-v4-s3 and -s4 are not trained yet: it says how
+require_v4_runs  # stops, saying how to get them, if a v4 run is missing
 for INV_T in 2 100; do
   "${PYTHON:-.venv/bin/python}" -m chexretrieve eval retrieval \
       --out "$REPORT/supplement-budget-inv-t-$INV_T" \

@@ -5,8 +5,6 @@
 # sets under anchors/. The report's world is seed 0 with all three encoders as interval cells; the
 # headline table adds worlds 5 and 6 (every world x encoder pair, mean [min, max]). No encoder saw
 # any of these worlds (the command refuses an encoder trained on one).
-# Not runnable yet: phantom-v4-s3 and -s4 are to be trained (eval/README.md); until then it
-# stops and says so.
 # Usage, from the checkout:  eval/make_phantom_report.sh OUT   (PYTHON=... to pick the interpreter)
 #
 # The posterior latent models use their default k (the 95%-variance rule on the posterior); Fig. 5
@@ -17,7 +15,7 @@
 set -eu
 OUT="${1:?give the report folder to write (a report folder is never overwritten)}"
 . "$(dirname "$0")/step.sh"
-require_v4_runs  # phantom-v4-s3 and -s4 are not trained yet: it says how
+require_v4_runs  # stops, saying how to get them, if a v4 run is missing
 exec "${PYTHON:-.venv/bin/python}" -m chexretrieve eval retrieval \
     --out "$OUT" \
     --encoder phantom:phantom-v4 --encoder phantom:phantom-v4-s3 --encoder phantom:phantom-v4-s4 \

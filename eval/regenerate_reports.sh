@@ -21,12 +21,10 @@
 #   3. eval/reports/density-phantom/                the density report (density_report below)
 # No natural-image report is committed (its models cannot be bundled), so none is regenerated.
 #
-# NOT YET COMPLETE (issue 32): the retrieval report averages over three independently trained
-# phantom-v4 encoders, and only the first (training seed 1) is bundled; phantom-v4-s3 and -s4
-# (seeds 3 and 4) are to be trained (eval/README.md). Until they are, step 1 measures the bundled
-# v4 runs only, step 2 is skipped with a line saying what it waits for, and eval/reports/phantom-v4
-# does not exist (the older retrieval reports are marked SUPERSEDED: made before the L/R-marker
-# fix). Once both weights files are bundled the script runs every step.
+# The retrieval report and the density report average over the three independently trained
+# phantom-v4 encoders bundled in chexretrieve/encoders/weights/ (phantom-v4, -v4-s3, -v4-s4; training
+# worlds 1, 3 and 4). Should one be missing (a partial checkout), step 1 measures the bundled runs,
+# step 2 is skipped with a line saying what it waits for, and the density step stops.
 #
 # Afterwards eval/compare_reports.py lists every table that differs from the committed one by more
 # than its tolerance (1e-6), and `pytest tests/evaluation/test_committed_reports.py` checks that the
@@ -55,8 +53,9 @@ MISSING_V4="$(missing_v4_runs)"
 REPORTS="eval/reports/density-phantom"
 
 density_report() {  # the density report's command: the one place to adjust its options
-  "$PY" -m chexretrieve eval density --out "$1" --quiet --encoder phantom --encoder phantom:phantom-v2 \
-    --encoder phantom:phantom-v1
+  # the three v4 runs on worlds 2, 5, 6 (the command's default; none an encoder was trained on)
+  "$PY" -m chexretrieve eval density --out "$1" --quiet --encoder phantom:phantom-v4 \
+    --encoder phantom:phantom-v4-s3 --encoder phantom:phantom-v4-s4
 }
 
 # shellcheck disable=SC2086  # the encoder options are meant to split into words
@@ -68,8 +67,8 @@ if [ -z "$MISSING_V4" ]; then
     eval/reports/phantom-v4
   REPORTS="eval/reports/phantom-v4 $REPORTS"
 else
-  echo "== retrieval: SKIPPED. eval/reports/phantom-v4 waits for phantom-v4-s3 and -s4 (not"
-  echo "   trained yet; eval/README.md gives the commands). Missing:"
+  echo "== retrieval: SKIPPED. eval/reports/phantom-v4 waits for the three phantom-v4 runs"
+  echo "   (eval/README.md gives the training commands). Missing:"
   echo "$MISSING_V4" | sed 's/^/   /'
 fi
 step density density_report eval/reports/density-phantom

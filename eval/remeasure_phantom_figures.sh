@@ -6,8 +6,7 @@
 # feedback") and read the new report claim by claim; this script measures, it writes no prose.
 #
 #   1. the gates page          eval/phantom_zero_shot.md   (also caches the world's embeddings)
-#   2. the report              eval/reports/phantom-DATE/  (eval/make_phantom_report.sh: it stops,
-#                              saying so, until phantom-v4-s3 and -s4 are trained; the
+#   2. the report              eval/reports/phantom-DATE/  (eval/make_phantom_report.sh; the
 #                              committed one is eval/reports/phantom-v4, made by
 #                              eval/regenerate_reports.sh, which also checks it against the checkout)
 #   3. its budget supplement   eval/make_phantom_budget_supplement.sh

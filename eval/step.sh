@@ -10,9 +10,9 @@ step() {
     | tee -a "$LOGS/$name.log"
 }
 
-# The three independently trained phantom-v4 encoders issue 32's retrieval report averages over:
-# the bundled default (training seed 1) and two further runs (seeds 3 and 4) that are not trained
-# yet. missing_v4_runs prints the weights files still missing (nothing once all three are bundled).
+# The three independently trained phantom-v4 encoders issue 32's reports average over: the bundled
+# default (training seed 1) and two further runs (seeds 3 and 4), all bundled. missing_v4_runs
+# prints the weights files missing (nothing in a complete checkout).
 V4_RUNS="phantom-v4 phantom-v4-s3 phantom-v4-s4"
 V4_WEIGHTS_DIR="${REPO:-$(cd "$(dirname "$0")/.." && pwd)}/chexretrieve/encoders/weights"
 missing_v4_runs() {
@@ -32,10 +32,10 @@ bundled_v4_flags() {
 require_v4_runs() {
   missing="$(missing_v4_runs)"
   if [ -n "$missing" ]; then
-    echo "this report averages over three phantom-v4 encoders; not trained yet:" >&2
+    echo "this report averages over three phantom-v4 encoders; missing:" >&2
     echo "$missing" | sed 's/^/  /' >&2
-    echo "train them (about 57 CPU-minutes each; phantom-v4 took 149 min wall at load average" >&2
-    echo "5-19) and bundle them as eval/README.md says:" >&2
+    echo "restore them from the checkout, or retrain them (30-61 CPU-minutes each) as eval/README.md" >&2
+    echo "says:" >&2
     echo "  nice -n 10 chexretrieve phantom train --seed 3 --out chexretrieve/encoders/weights/phantom-v4-s3.pt" >&2
     echo "  nice -n 10 chexretrieve phantom train --seed 4 --out chexretrieve/encoders/weights/phantom-v4-s4.pt" >&2
     exit 3

@@ -32,7 +32,7 @@ def density_command(
         ["phantom"], "--encoder", help="Encoder spec; repeat for several trained encoders."
     ),
     phantom_seeds: str = typer.Option(
-        "2,3,4", "--phantom-seeds", help="Phantom worlds (none an encoder was trained on)."
+        "2,5,6", "--phantom-seeds", help="Phantom worlds (none an encoder was trained on)."
     ),
     em_seeds: str = typer.Option("0,1,2", "--em-seeds", help="EM (and split) seeds."),
     n_archive: int = typer.Option(1500, "--n-archive", help="Phantoms the density is fitted on."),
