@@ -176,7 +176,7 @@ class ShardRanker:
             ranked = self._rank_by_index(gallery, keys, query, mask, k)
         if ranked is None:
             ranked = rank_exactly(keys, query.vector, query.offset, mask, candidates, k,
-                                  gallery.image_ids, query.threads)  # fmt: skip
+                                  gallery.image_ids, query.threads)[:2]  # fmt: skip
         rows, scores = ranked
         return rows + gallery.start, scores, gallery.image_ids[rows], candidates
 

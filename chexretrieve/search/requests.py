@@ -99,6 +99,9 @@ class SearchResult:
     density: object | None = None
     # the sets of a posterior geometry's prior (key, content_hash, folder, private); () otherwise
     prior: tuple = ()
+    # per hit, how many candidates score at least as high (itself and ties included): its exact
+    # standing, from the ranking's own scan; None when the ranking was not exact (ANN, shards)
+    standing: tuple[int, ...] | None = None
 
 
 class FeaturesBeingPrepared(ValueError):

@@ -455,9 +455,12 @@ class KeyMatrix:
 
 
 def rank_exactly(features: KeyMatrix, vector, offset, mask, candidates, k, image_ids, threads=1):
-    """(rows, scores), best first, ties by image id: the exact top k of the eligible rows."""
+    """(rows, scores, standing), best first, ties by image id: the exact top k of the eligible
+    rows; ``standing[i]``: how many eligible rows score at least ``scores[i]`` (the row itself and
+    its ties included), exact although only the top k are scanned for."""
     if k == 0:
-        return np.empty(0, dtype=np.int64), np.empty(0)
+        empty = np.empty(0, dtype=np.int64)
+        return empty, np.empty(0), empty
     allowed = None if candidates == len(mask) else mask
     # one row more than wanted shows whether a tie crosses the cut (then the lowest ids must win)
     found, rows = features.top_k(vector, k + 1, allowed, threads)
@@ -466,6 +469,9 @@ def rank_exactly(features: KeyMatrix, vector, offset, mask, candidates, k, image
         kth = -np.partition(-scores, k - 1)[k - 1]
         rows = np.flatnonzero(scores >= kth)  # every row tied with the k-th
         found = scores[rows]
+    # every eligible row outside ``found`` scores below the k-th best (strictly: no tie crosses
+    # the cut any more), so counting within ``found`` counts among all eligible rows
+    standing = len(found) - np.searchsorted(np.sort(found), found, side="left")
     found = found.astype(np.float64) + offset
     order = np.lexsort((image_ids[rows], -found))[:k]
-    return rows[order], found[order]
+    return rows[order], found[order], standing[order]

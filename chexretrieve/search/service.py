@@ -37,7 +37,6 @@ from chexretrieve.search.features import (
 from chexretrieve.search.gallery import (
     Exclusions,
     Gallery,
-    SearchFilters,
     eligible_mask,
     with_embeddings,
 )
@@ -50,6 +49,7 @@ from chexretrieve.search.requests import (
     SearchResult,
 )
 from chexretrieve.search.scoring import KeyMatrix, one_blas_thread, rank_exactly
+from chexretrieve.search.service_calibration import CalibrationMixin
 
 __all__ = [
     "AnchorProvider",
@@ -63,7 +63,7 @@ __all__ = [
 ]
 
 
-class SearchService:
+class SearchService(CalibrationMixin):
     """Searches one encoder's gallery; cheap to call repeatedly (features are cached)."""
 
     def __init__(
@@ -218,7 +218,9 @@ class SearchService:
         anchor_set = self.anchors.anchor_set(finding, request.anchor_set)
         where = (request, spec, anchor_set, gallery, query, own_row, top_k)
         ranked = None if self.shards is None else self.shards.rank(self, *where)  # None: here
-        rows, scores, candidates = ranked or self._rank(finding, *where)
+        # a sharded ranking is merged from the shards' top k: no exact standing
+        ranked = (*ranked, None) if ranked else self._rank(finding, *where)
+        rows, scores, candidates, standing = ranked
         hits = self._hits(rows, scores, gallery, query, anchor_set, request.explain)
         assessment = None
         if self.density is not None:
@@ -234,6 +236,7 @@ class SearchService:
             candidates=candidates,
             density=assessment,
             prior=self._prior_named(spec),
+            standing=None if standing is None else tuple(int(n) for n in standing),
         )
         if self.audit is not None:
             study = request.query_study_uid
@@ -244,21 +247,22 @@ class SearchService:
         return result
 
     def _rank(self, finding, request, spec, anchor_set, gallery, query, own_row, top_k):
-        """(rows, scores, candidates): the top k of the eligible rows, ranked in this process."""
+        """(rows, scores, candidates, standing): the top k of the eligible rows, ranked in this
+        process; ``standing`` as SearchResult's (None from an ANN index: not exact)."""
         geometry, features, key = self._features(spec, anchor_set, gallery)
         mask = self._eligible(request, finding, gallery, own_row)
         candidates = int(mask.sum())
         k = min(top_k, candidates)
-        ranked = None
         if k > 0 and self._ranks_by_index(request, gallery):
             ranked = self._rank_by_index(geometry, features, key, gallery, query, mask, k)
-        if ranked is None:
-            vector, offset = self._query_vector(geometry, features, query, request, gallery)
-            threads = self.config.scan_threads or os.cpu_count() or 1
-            ranked = rank_exactly(
-                features, vector, offset, mask, candidates, k, gallery.image_ids, threads
-            )
-        return (*ranked, candidates)
+            if ranked is not None:
+                return (*ranked, candidates, None)
+        vector, offset = self._query_vector(geometry, features, query, request, gallery)
+        threads = self.config.scan_threads or os.cpu_count() or 1
+        rows, scores, standing = rank_exactly(
+            features, vector, offset, mask, candidates, k, gallery.image_ids, threads
+        )
+        return rows, scores, candidates, standing
 
     def gallery_scores(self, request: SearchRequest) -> tuple[np.ndarray, np.ndarray]:
         """(scores, eligible) over every gallery row: what ``search`` ranks, before the top-k cut.
@@ -321,102 +325,6 @@ class SearchService:
                 self._copies_cache.pop(next(iter(self._copies_cache)))
             self._copies_cache[key] = found
         return found
-
-    def rank_calibration(self, request: SearchRequest, top_k: int):
-        """The chance, at ranks 1..top_k, that a result shares the query's finding status under
-        the request's geometry, anchor set and finding, measured on the labelled archive (see
-        chexretrieve.search.calibration): as the archive index stored it at ingest, else
-        measured here once per archive. None without enough labels (or, with an index, while
-        it is measured in the background)."""
-        if self.index is not None:
-            finding = canonical_finding(request.finding)
-            anchor_set = self.anchors.anchor_set(finding, request.anchor_set)
-            spec = parse_geometry(request.geometry)
-            gallery = self.gallery
-            geometry, key = self._geometry(spec, anchor_set)
-            known, found = self.index.calibration(gallery, geometry, key, spec, anchor_set,
-                                                  finding, int(top_k))  # fmt: skip
-            if known:
-                return found
-        return self.measure_calibration(request, top_k)
-
-    def measure_calibration(self, request: SearchRequest, top_k: int, nearest=None):
-        """``rank_calibration`` measured now on the current gallery (cached per archive).
-        ``nearest``: {row: its highest cosine with a row of another study} already computed
-        for some rows (the archive index computes the sampled rows' in one pass)."""
-        from chexretrieve.search.calibration import calibrate
-
-        gallery = self.gallery
-        finding = canonical_finding(request.finding)
-        anchor_key = self.anchors.anchor_set(finding, request.anchor_set).key
-        key = (gallery.fingerprint, request.geometry, anchor_key, finding, int(top_k))
-        cache = self._calibrations
-        if key not in cache:
-            for stale in [k for k in list(cache) if k[0] != gallery.fingerprint]:
-                cache.pop(stale, None)  # an older archive's (list(): other threads may add)
-            labels = gallery.label_values(finding)
-            if labels is None:
-                return None
-
-            spec = parse_geometry(request.geometry)
-            anchor_set = self.anchors.anchor_set(finding, anchor_key)
-
-            def scores_of(image_id: int):
-                # every probe against the gallery the labels and embeddings below come from: an
-                # ingest during the calibration must not hand back a longer gallery's scores
-                probe = SearchRequest(finding=finding, geometry=request.geometry,
-                                      case_id=image_id, anchor_set=anchor_key)  # fmt: skip
-                scores, mask, _, _ = self._score_gallery(probe, finding, spec, gallery, anchor_set)
-                return scores, mask
-
-            keys = embedding_keys(gallery)
-
-            def nearest_of(row: int, eligible) -> float:
-                if nearest is not None and row in nearest:
-                    return nearest[row]
-                found, _ = keys.top_k(keys.rows([row])[0], 1, eligible)
-                return float(found[0]) if len(found) else float("nan")
-
-            cache[key] = calibrate(
-                scores_of, gallery.image_ids, labels, None, int(top_k),
-                self.config.calibration_queries, self.config.fit_seed, nearest_of=nearest_of,
-            )  # fmt: skip
-        return cache[key]
-
-    def nearest_cosine(self, request: SearchRequest) -> float:
-        """The query's highest cosine with an archived image other than its own study (kept
-        for the last queries: a query searched again under another finding scans nothing)."""
-        gallery = self._gallery_for(request)
-        embedding = request.image_embedding
-        key = (gallery.fingerprint, request.case_id, request.query_study_uid,
-               None if embedding is None else np.asarray(embedding).tobytes(),
-               request.query_pixel_sha256, request.exclude_ids)  # fmt: skip
-        with self._gallery_lock:
-            if request.image is None and key in self._nearest:
-                return self._nearest[key]
-        try:
-            value = self._nearest_cosine(request, gallery)
-        except _NotYet:
-            return float("nan")
-        if request.image is None:
-            with self._gallery_lock:
-                if len(self._nearest) >= 64:
-                    self._nearest.pop(next(iter(self._nearest)))
-                self._nearest[key] = value
-        return value
-
-    def _nearest_cosine(self, request: SearchRequest, gallery) -> float:
-        if not getattr(gallery, "embeddings_ready", lambda: True)():
-            # an index whose embeddings are still being verified in the background: the note
-            # this value feeds is left out rather than a search waiting seconds for it
-            raise _NotYet
-        query, own_row = self._query_embedding(dataclasses.replace(request, text=None), gallery)
-        mask = self._eligible(dataclasses.replace(request, filters=SearchFilters()),
-                              canonical_finding(request.finding), gallery, own_row)  # fmt: skip
-        if not mask.any():
-            return float("nan")
-        found, _ = embedding_keys(gallery).top_k(query.astype(np.float32), 1, mask)
-        return float(found[0])
 
     def _ranks_by_index(self, request: SearchRequest, gallery: Gallery) -> bool:
         return (
@@ -605,20 +513,10 @@ class SearchService:
         return tuple(hits)
 
 
-class _NotYet(Exception):
-    """A value that needs files still being verified (not remembered; asked again later)."""
-
-
 def _unit_row(gallery: Gallery, row: int) -> np.ndarray:
     """A gallery embedding as a float64 unit vector (float16 storage rounds it off the sphere)."""
     vector = gallery.embedding_rows([row])[0].astype(np.float64)
     return vector / np.linalg.norm(vector)
-
-
-def embedding_keys(gallery) -> KeyMatrix:
-    """The gallery's embeddings as a KeyMatrix (an index's mapped file, or the rows the service
-    stored), for nearest-neighbour scans by cosine."""
-    return gallery.embedding_keys()
 
 
 def _label(value) -> float | None:

@@ -54,6 +54,7 @@ from chexretrieve.ui.results_html import (
     report_html,
     results_html,
     similarity_legend,
+    standing_percentiles,
 )
 from chexretrieve.ui.similarity_figure import make_figure, unlike_reason
 from chexretrieve.ui.thumbnails import ArchiveThumbnails
@@ -490,17 +491,24 @@ class CaseLookup(ArchiveThumbnails):
         request = self._request(query, settings, name.name, relevant, not_relevant)
         size = len(self.gallery)
         if name.needs_anchors:
-            step(0.05, f"{name.display}: embedding the anchors, fitting and scoring {size:,} "
+            step(0.05, f"{name.display}: embedding the anchors, fitting and ranking {size:,} "
                        "cases (slow only on first use)")  # fmt: skip
         else:
-            step(0.05, f"Cosine: scoring {size:,} cases")
-        scores, eligible = self.service.gallery_scores(request)
-        step(0.6, "Ranking")
+            step(0.05, f"Cosine: ranking {size:,} cases")
         result = self.service.search(request, user=user)
         gallery = self.service.gallery_containing(*(h.image_id for h in result.hits))
         hit_rows = [gallery.row_of(h.image_id) for h in result.hits]
-        if len(scores) != len(gallery):  # the gallery grew between the two calls (ingest)
+        if result.standing is not None:  # the ranking's own exact count: no second scan
+            pct = standing_percentiles(result.standing, result.candidates)
+        else:  # an ANN or sharded ranking: every candidate's score, here
+            step(0.6, "Percentiles among the candidates")
             scores, eligible = self.service.gallery_scores(request)
+            if len(scores) != len(gallery):  # the gallery grew after the ranking (ingest)
+                gallery = self.service.current_gallery()
+                hit_rows = [gallery.row_of(h.image_id) for h in result.hits]
+                if len(scores) != len(gallery):
+                    scores, eligible = self.service.gallery_scores(request)
+            pct = percentiles(scores, eligible, hit_rows)
         shown_baseline = bool(baseline) and name.kind != BASELINE_GEOMETRY
         base_ranks = base_pct = [None] * len(hit_rows)
         if shown_baseline:
@@ -513,7 +521,6 @@ class CaseLookup(ArchiveThumbnails):
         figure, note = self._figure(request, query, finding, result.density)
         step(0.8, "Thumbnails")
         self.prefetch_thumbnails(h.image_id for h in result.hits)
-        pct = percentiles(scores, eligible, hit_rows)
         rows = tuple(
             ResultRow(
                 hit=hit,

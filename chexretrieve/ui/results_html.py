@@ -80,6 +80,16 @@ def percentiles(scores: np.ndarray, eligible: np.ndarray, rows: Iterable[int]) -
     return out
 
 
+def standing_percentiles(standing: Iterable[int], candidates: int) -> list[float]:
+    """``percentiles`` from each result's standing (how many candidates score at least as high,
+    itself and ties included; SearchResult.standing) among ``candidates`` eligible rows: the same
+    numbers without every candidate's score."""
+    if candidates <= 1:
+        return [100.0 for _ in standing]
+    others = candidates - 1
+    return [100.0 * min(candidates - int(n), others) / others for n in standing]
+
+
 def ranks(scores: np.ndarray, eligible: np.ndarray, rows: Iterable[int]) -> list[int]:
     """For each gallery row: 1 + the number of eligible rows that score higher."""
     pool = np.sort(np.asarray(scores, dtype=np.float64)[np.asarray(eligible, dtype=bool)])

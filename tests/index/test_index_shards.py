@@ -74,8 +74,8 @@ def test_shards_rank_as_the_single_process_search(service, request_, shards) -> 
         np.testing.assert_array_equal(keys.array, features.array[start:stop])
         mask = eligible_mask(shard, request_.filters, finding, exclusions, start)
         masks.append(mask)
-        rows, scores = rank_exactly(keys, vector, offset, mask, int(mask.sum()),
-                                    request_.top_k, shard.image_ids)  # fmt: skip
+        rows, scores, _ = rank_exactly(keys, vector, offset, mask, int(mask.sum()),
+                                       request_.top_k, shard.image_ids)  # fmt: skip
         parts.append((rows + start, scores, shard.image_ids[rows], int(mask.sum())))
     np.testing.assert_array_equal(np.concatenate(masks), whole_mask)
     rows, scores, candidates = merge_top_k(parts, request_.top_k)

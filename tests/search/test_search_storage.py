@@ -243,3 +243,30 @@ def test_masked_top_k_is_exact_on_every_path(dtype, monkeypatch):
             assert mask[found].all(), name
             np.testing.assert_allclose(scores, want, rtol=1e-5, atol=1e-5, err_msg=name)
             np.testing.assert_allclose(scores, stored[found] @ query, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("k", [1, 5, 40])
+def test_rank_exactly_gives_each_results_standing_as_a_naive_count(dtype, k):
+    """``standing``: how many eligible rows score at least as high as the result (ties included),
+    from the top-k scan alone; against a count over every eligible row's score, with ties inside
+    the top k, ties crossing the cut, a filter, and k past the candidates."""
+    from chexretrieve.search.scoring import rank_exactly
+
+    rng = np.random.default_rng(k)
+    levels = rng.normal(size=(6, 8))  # six distinct rows, repeated: many exact ties
+    rows = np.concatenate([levels[rng.integers(0, 6, 30)], rng.normal(size=(30, 8))])
+    keys = KeyMatrix.from_rows(rows, dtype)
+    vector = rng.normal(size=8).astype(np.float32)
+    ids = rng.permutation(1000)[: len(rows)].astype(np.int64)
+    naive_scores = keys.inner_products(vector).astype(np.float64)
+    for mask in (np.ones(len(rows), bool), rng.random(len(rows)) < 0.6):
+        candidates = int(mask.sum())
+        found_rows, scores, standing = rank_exactly(
+            keys, vector, 0.25, mask, candidates, min(k, candidates), ids
+        )
+        pool = naive_scores[mask]
+        assert len(found_rows) == min(k, candidates)
+        for row, n in zip(found_rows, standing, strict=True):
+            assert n == int(np.count_nonzero(pool >= naive_scores[row])), (row, n)
+        np.testing.assert_allclose(scores, naive_scores[found_rows] + 0.25, atol=1e-5)

@@ -868,7 +868,7 @@ def test_defect_9_the_progress_names_the_real_work_of_a_first_search(page, serve
         _choose(page, "#geometry", "Posterior latent spherical")
         text = _wait_text(page, "#results", "embedding the anchors, fitting")
         shown.set()
-        assert "Posterior latent spherical: embedding the anchors, fitting and scoring 40" in text
+        assert "Posterior latent spherical: embedding the anchors, fitting and ranking 40" in text
         assert re.search(r"\d+(\.\d+)?%", text)  # the bar's share of the steps
         assert not re.search(r"\d+(\.\d+)?/\d+(\.\d+)?s", text)  # no "elapsed/estimated" promise
     finally:

@@ -212,7 +212,7 @@ def test_progress_hears_each_step_in_order(lookup):
     fractions = [f for f, _ in heard]
     assert fractions == sorted(fractions) and fractions[-1] == 1.0
     steps = " | ".join(what for _, what in heard)
-    assert "embedding the anchors, fitting and scoring 30 cases" in steps
+    assert "embedding the anchors, fitting and ranking 30 cases" in steps
     assert "Cosine baseline" in steps and "Thumbnails" in steps
 
 
@@ -502,3 +502,41 @@ def test_the_unlike_archive_note_scans_the_embeddings_only_when_it_is_shown(look
     assert len(calls) == 1  # not scanned again
     assert "is unlike this archive" not in assessed.html
     assert "How typical of this archive" in assessed.html  # the density's line speaks instead
+
+
+def test_percentiles_from_the_rankings_standing_equal_those_from_every_score():
+    """SearchResult.standing (candidates at least as high, ties included) gives the percentiles
+    a count over every candidate's score gives, ties included."""
+    from chexretrieve.ui.results_html import standing_percentiles
+
+    scores = np.array([0.1, 0.5, 0.5, 0.9, -1.0, 0.5])
+    eligible = np.array([True, True, True, True, False, True])
+    pool = scores[eligible]
+    rows = [3, 1, 2, 5, 0]
+    standing = [int(np.count_nonzero(pool >= scores[r])) for r in rows]
+    assert standing_percentiles(standing, int(eligible.sum())) == percentiles(
+        scores, eligible, rows
+    )
+    assert standing_percentiles([1], 1) == [100.0] and standing_percentiles([], 0) == []
+
+
+def test_a_ranking_without_a_standing_falls_back_to_every_candidates_score(lookup, monkeypatch):
+    """An ANN or sharded ranking carries no exact standing: the page then scores every candidate
+    for the percentiles, and they equal the exact ranking's."""
+    import dataclasses
+
+    query = lookup.load_case(5)
+    settings = SearchSettings(FINDING, "softmax", top_k=8)
+    exact = lookup.search(query, settings)
+    search = lookup.service.search
+    monkeypatch.setattr(
+        lookup.service, "search",
+        lambda *a, **kw: dataclasses.replace(search(*a, **kw), standing=None),
+    )  # fmt: skip
+    calls = []
+    scores_of = lookup.service.gallery_scores
+    monkeypatch.setattr(lookup.service, "gallery_scores", lambda r: calls.append(r) or scores_of(r))
+    fallback = lookup.search(query, settings)
+    assert len(calls) == 1
+    assert [r.percentile for r in fallback.rows] == [r.percentile for r in exact.rows]
+    assert fallback.image_ids == exact.image_ids
