@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -120,6 +121,9 @@ def open_search_app(
                                 audit=audit, revision=index.revision_token, density=density,
                                 thumbnails=store.read_thumbnails, index=index,
                                 shards=shards)  # fmt: skip
+        if background:  # `serve`: what a first search reads is opened before it comes
+            threading.Thread(target=open_before_first_search, args=(service,), daemon=True,
+                             name="chexretrieve-first-search").start()  # fmt: skip
         return SearchApp(config, store, encoder, anchors, audit, service)
     density = None
     if config.density.enabled:
@@ -137,6 +141,19 @@ def open_search_app(
         thumbnails=store.read_thumbnails,
     )
     return SearchApp(config, store, encoder, anchors, audit, service)
+
+
+def open_before_first_search(service: SearchService) -> None:
+    """Open the index's gallery (its small files verified; the large ones are then verified in
+    the index's own background thread) and load its archive density (sealed file checked), so a
+    server's first search does not do it. A search arriving meanwhile waits on the same locks;
+    a failure here is the first search's to report."""
+    try:
+        gallery = service.gallery
+        if service.density is not None:
+            service.density.usable(gallery)
+    except Exception as exc:  # noqa: BLE001 - the first search meets it again and says it
+        logger.warning("opening the archive index before the first search: %s", exc)
 
 
 def open_index(config: AppConfig, store, encoder_id: str, anchors, background: bool, progress):  # noqa: ANN001, ANN201

@@ -278,3 +278,22 @@ def test_another_geometry_is_prepared_in_the_background_not_in_the_request(world
         len(hits) == 15
     )
     assert np.isfinite([s for _, s in hits]).all()
+
+
+def test_serve_opens_the_gallery_and_the_density_before_the_first_search(world) -> None:
+    """`serve` (background=True) opens the index's gallery and loads its sealed density in a
+    thread at start, so its first search reads neither; a command (background=False) opens them
+    on its first search only. Both then rank the same."""
+    import time
+
+    tmp_path, store = world
+    config = app_config(tmp_path, density=True)
+    cold = open_search_app(config, store=store, encoder=stand_in()).service  # builds the index
+    assert cold._gallery is None and cold.density.held() is None  # nothing read before a search
+    served = open_search_app(config, store=store, encoder=stand_in(), background=True).service
+    deadline = time.monotonic() + 120  # a hang guard, not a speed goal
+    while served.density.held() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert served._gallery is not None and served.density.held() is not None
+    assert ranking(served)[0] == ranking(cold)[0]
+    assert cold.density.held() is not None  # loaded by its first search
