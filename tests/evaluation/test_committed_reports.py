@@ -32,9 +32,9 @@ def test_the_committed_reports_are_found():
     names = {_name(p) for p in MANIFESTS}
     assert "eval/reports/density-phantom/manifest.json" in names
     assert "eval/phantom_zero_shot.manifest.json" in names
-    # superseded folders (the retrieval reports made before the L/R-marker fix) are not vouched
-    # for; their successor, eval/reports/phantom-v4, waits for the two further v4 encoders
-    # (eval/README.md), and is checked here as soon as it is committed
+    assert "eval/reports/phantom-v4/manifest.json" in names  # over the three v4 runs
+    # superseded folders (the retrieval reports made before the L/R-marker fix, or with one
+    # encoder) are not vouched for; eval/reports/phantom-v4 is their successor
     assert not any("phantom-2026-" in n for n in names)
     assert all(
         (REPO_ROOT / "eval/reports" / folder / P.SUPERSEDED_MARKER).is_file()
