@@ -160,7 +160,7 @@ def check_density(density) -> None:  # noqa: ANN001 - an ArchiveDensity
     ids = np.asarray(density.image_ids)
     _need(ids.ndim == 1 and ids.size > 0, f"image ids of shape {ids.shape}")
     _need(np.issubdtype(ids.dtype, np.integer), f"image ids of type {ids.dtype}")
-    _need(np.unique(ids).size == ids.size, "repeated image ids")
+    _need(_distinct(ids), "repeated image ids")
     own = np.asarray(density.log_density)
     _need(own.shape == ids.shape, f"{own.shape} log-densities for {ids.size} images")
     _need(bool(np.isfinite(own).all()), "non-finite log-densities")
@@ -206,6 +206,13 @@ def check_density(density) -> None:  # noqa: ANN001 - an ArchiveDensity
             "non-finite Gaussian moments",
         )
         _need(np.allclose(gaussian.covariance, gaussian.covariance.T), "an asymmetric covariance")
+
+
+def _distinct(ids: np.ndarray) -> bool:
+    """No id twice: a comparison of neighbours when the ids are ascending (as a fit stores them;
+    np.unique hashed 300k ids in 0.15 s of a server's first search), else after a sort."""
+    ordered = ids if bool((ids[1:] >= ids[:-1]).all()) else np.sort(ids)
+    return bool((ordered[1:] != ordered[:-1]).all())
 
 
 def _need(condition: bool, what: str) -> None:

@@ -232,7 +232,7 @@ def sample_queries(status: np.ndarray, n_queries: int, seed: int = 0) -> np.ndar
 
 
 def calibrate(
-    scores_of: Callable[[int], tuple[np.ndarray, np.ndarray]],
+    scores_of: Callable[[int], tuple[np.ndarray, np.ndarray]] | None,
     image_ids: np.ndarray,
     labels: np.ndarray,
     embeddings: np.ndarray,
@@ -240,9 +240,14 @@ def calibrate(
     n_queries: int,
     seed: int = 0,
     nearest_of: Callable[[int, np.ndarray], float] | None = None,
+    ranked_of: Callable[[int, int], tuple[np.ndarray, np.ndarray]] | None = None,
 ) -> RankCalibration | None:
     """``scores_of(image id)`` -> (scores, eligible) over the gallery rows for that archived
-    query. None when fewer than ``MIN_LABELLED`` images have a known status.
+    query (ranked here, ties in row order). None when fewer than ``MIN_LABELLED`` images have a
+    known status.
+    ``ranked_of(image id, k)`` -> (its top k eligible rows best first, eligible), instead of
+    ``scores_of``, when the caller ranks by a top-k scan without every row's score (the search
+    service: its own ranking, ties by image id).
     ``nearest_of(row, eligible)``: the row's highest cosine with an eligible row, when the caller
     scans it without copying the gallery (then ``embeddings`` is not read; by default
     ``embeddings[eligible] @ row``)."""
@@ -254,19 +259,26 @@ def calibrate(
     found = np.full((len(picked), int(top_k)), np.nan)
     searched = np.zeros(len(picked), dtype=bool)
     nearest = []
+    if (scores_of is None) == (ranked_of is None):
+        raise ValueError("calibrate needs exactly one of scores_of and ranked_of")
     rows = np.asarray(embeddings, dtype=np.float32) if nearest_of is None else None
     for i, row in enumerate(picked):
-        scores, eligible = scores_of(int(image_ids[row]))
-        allowed = np.flatnonzero(eligible)
-        if len(allowed) == 0:
-            continue
-        order = allowed[best_first(np.asarray(scores)[allowed], top_k)]
+        if ranked_of is not None:
+            order, eligible = ranked_of(int(image_ids[row]), int(top_k))
+            if len(order) == 0:
+                continue
+        else:
+            scores, eligible = scores_of(int(image_ids[row]))  # type: ignore[misc]
+            allowed = np.flatnonzero(eligible)
+            if len(allowed) == 0:
+                continue
+            order = allowed[best_first(np.asarray(scores)[allowed], top_k)]
         found[i, : len(order)] = status[order]
         searched[i] = True
         if nearest_of is not None:
             nearest.append(float(nearest_of(int(row), np.asarray(eligible, dtype=bool))))
         else:
-            nearest.append(float((rows[allowed] @ rows[row]).max()))
+            nearest.append(float((rows[np.asarray(eligible, dtype=bool)] @ rows[row]).max()))
     if not searched.any():
         return None
     low = float(np.percentile(nearest, 1))

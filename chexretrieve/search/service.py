@@ -258,11 +258,27 @@ class SearchService(CalibrationMixin):
             if ranked is not None:
                 return (*ranked, candidates, None)
         vector, offset = self._query_vector(geometry, features, query, request, gallery)
-        threads = self.config.scan_threads or os.cpu_count() or 1
         rows, scores, standing = rank_exactly(
-            features, vector, offset, mask, candidates, k, gallery.image_ids, threads
+            features, vector, offset, mask, candidates, k, gallery.image_ids, self._threads()
         )
         return rows, scores, candidates, standing
+
+    def ranked_rows(self, request, finding, spec, anchor_set, gallery, k: int):
+        """(the top ``k`` eligible rows best first, the eligible mask) for ``request`` over
+        ``gallery``: the exact top-k scan a search makes (ties by image id), without every row's
+        score (the rank calibration's probes)."""
+        query, own_row = self._query_embedding(request, gallery)
+        geometry, features, _ = self._features(spec, anchor_set, gallery)
+        mask = self._eligible(request, finding, gallery, own_row)
+        candidates = int(mask.sum())
+        vector, offset = self._query_vector(geometry, features, query, request, gallery)
+        rows, _, _ = rank_exactly(features, vector, offset, mask, candidates,
+                                  min(int(k), candidates), gallery.image_ids,
+                                  self._threads())  # fmt: skip
+        return rows, mask
+
+    def _threads(self) -> int:
+        return self.config.scan_threads or os.cpu_count() or 1
 
     def gallery_scores(self, request: SearchRequest) -> tuple[np.ndarray, np.ndarray]:
         """(scores, eligible) over every gallery row: what ``search`` ranks, before the top-k cut.

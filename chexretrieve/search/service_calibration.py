@@ -1,7 +1,7 @@
 """The search service's measured chance beside each rank (``rank_calibration``) and the query's
 nearest archived neighbour by cosine (``nearest_cosine``), split out of chexretrieve.search.service:
 a base class of ``SearchService``, which supplies the gallery, anchors, index, config and scoring
-it reads (``_score_gallery``, ``_eligible``, ``_query_embedding``, ``_geometry``)."""
+it reads (``ranked_rows``, ``_eligible``, ``_query_embedding``, ``_geometry``)."""
 
 from __future__ import annotations
 
@@ -58,13 +58,13 @@ class CalibrationMixin:
             spec = parse_geometry(request.geometry)
             anchor_set = self.anchors.anchor_set(finding, anchor_key)
 
-            def scores_of(image_id: int):
+            def ranked_of(image_id: int, k: int):
                 # every probe against the gallery the labels and embeddings below come from: an
-                # ingest during the calibration must not hand back a longer gallery's scores
+                # ingest during the calibration must not hand back a longer gallery's ranking
                 probe = SearchRequest(finding=finding, geometry=request.geometry,
                                       case_id=image_id, anchor_set=anchor_key)  # fmt: skip
-                scores, mask, _, _ = self._score_gallery(probe, finding, spec, gallery, anchor_set)
-                return scores, mask
+                return self.ranked_rows(probe, finding, spec, gallery=gallery, k=k,
+                                        anchor_set=anchor_set)  # fmt: skip
 
             keys = embedding_keys(gallery)
 
@@ -75,8 +75,9 @@ class CalibrationMixin:
                 return float(found[0]) if len(found) else float("nan")
 
             cache[key] = calibrate(
-                scores_of, gallery.image_ids, labels, None, int(top_k),
+                None, gallery.image_ids, labels, None, int(top_k),
                 self.config.calibration_queries, self.config.fit_seed, nearest_of=nearest_of,
+                ranked_of=ranked_of,
             )  # fmt: skip
         return cache[key]
 

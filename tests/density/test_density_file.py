@@ -203,3 +203,23 @@ def test_a_damaged_file_that_cannot_be_moved_is_not_read_again(fitted, tmp_path,
     provider._current = None  # as if the fit were not held: the saved files are read again
     out = provider.assess(CENTRES[0], gallery)
     assert isinstance(out, QueryDensity) and len(loads) == 1
+
+
+@pytest.mark.parametrize("order", ["ascending", "shuffled"])
+def test_save_refuses_repeated_image_ids_in_any_order(fitted, tmp_path, order):
+    """Against np.unique: a fit's ids (ascending), the same shuffled, and each with one id twice."""
+    from dataclasses import replace
+
+    from chexretrieve.density.density_file import check_density
+
+    _, _, _, density = fitted
+    ids = np.asarray(density.image_ids)
+    if order == "shuffled":
+        ids = np.random.default_rng(0).permutation(ids)
+    repeated = ids.copy()
+    repeated[-1] = repeated[0]
+    assert np.unique(ids).size == ids.size and np.unique(repeated).size < repeated.size
+    check_density(replace(density, image_ids=ids))  # distinct: accepted
+    with pytest.raises(ValueError, match="repeated image ids"):
+        replace(density, image_ids=repeated).save(tmp_path / "x.npz")
+    assert not (tmp_path / "x.npz").exists()

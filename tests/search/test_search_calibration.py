@@ -338,3 +338,36 @@ def test_the_best_first_positions_equal_a_full_stable_sort(seed) -> None:
     for k in (0, 1, 2, 7, 12, n - 1, n, n + 5):
         reference = np.argsort(-values, kind="stable")[: max(k, 0)]
         assert np.array_equal(best_first(values, k), reference), (seed, k)
+
+
+def test_a_ranking_given_as_top_rows_calibrates_as_the_scores_it_comes_from() -> None:
+    """``ranked_of`` (the service's top-k scan) gives the curves ``scores_of`` gives when it
+    returns the rows a full stable sort of the same scores puts first (a naive argsort here);
+    exactly one of the two must be given."""
+    rng = np.random.default_rng(4)
+    n = 300
+    ids = np.arange(1, n + 1)
+    labels = rng.choice([1.0, 0.0, np.nan], size=n, p=[0.3, 0.5, 0.2])
+    embeddings = rng.standard_normal((n, 8)).astype(np.float32)
+    embeddings /= np.linalg.norm(embeddings, axis=1, keepdims=True)
+    table = {int(i): rng.random(n) for i in ids}
+
+    def scores_of(image_id):
+        eligible = np.ones(n, bool)
+        eligible[image_id - 1] = False
+        return table[image_id], eligible
+
+    def ranked_of(image_id, k):
+        scores, eligible = scores_of(image_id)
+        allowed = np.flatnonzero(eligible)
+        return allowed[np.argsort(-scores[allowed], kind="stable")[:k]], eligible
+
+    by_scores = calibrate(scores_of, ids, labels, embeddings, top_k=7, n_queries=80)
+    by_rows = calibrate(None, ids, labels, embeddings, top_k=7, n_queries=80, ranked_of=ranked_of)
+    for curve in ("positive", "negative", "any_query"):
+        np.testing.assert_array_equal(
+            getattr(by_rows, curve).probabilities, getattr(by_scores, curve).probabilities
+        )
+    assert by_rows.nearest_low == by_scores.nearest_low
+    with pytest.raises(ValueError, match="exactly one of scores_of and ranked_of"):
+        calibrate(scores_of, ids, labels, embeddings, 7, 80, ranked_of=ranked_of)
