@@ -342,14 +342,14 @@ class RaySearchBackend:
         manifest = getattr(gallery, "manifest", None)
         if manifest is None or request.relevant or request.not_relevant:
             return None
-        geometry, key = service._geometry(spec, anchor_set)
-        name, entry = self.index._entry(gallery, key)
+        geometry, key = service.fitted_geometry(spec, anchor_set)
+        name, entry = self.index.served_entry(gallery, key)
         if entry is None or int(entry["file"]["rows"]) != len(gallery):
             return None
         import ray
 
         self.connect()
-        vector, offset = service._query_vector(geometry, None, query, request, gallery)
+        vector, offset = service.query_vector(geometry, None, query, request, gallery)
         finding = canonical_finding(request.finding)
         search = self.search_config
         job = ShardQuery(

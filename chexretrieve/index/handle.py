@@ -210,7 +210,10 @@ class ArchiveIndex:
         manifest = self._read()
         return None if manifest is None else manifest.serving.get(finding)
 
-    def _entry(self, gallery, key: str):
+    def served_entry(self, gallery, key: str):
+        """(name, manifest entry) of the features fitted as ``key`` for ``gallery``'s rows
+        (from a newer generation with the same rows when the gallery's lacks it); (None, None)
+        for a gallery not read from the index, (name, None) when none is built."""
         manifest = getattr(gallery, "manifest", None)
         if manifest is None:
             return None, None
@@ -225,7 +228,7 @@ class ArchiveIndex:
     def features(self, gallery, geometry, key, spec, anchor_set):
         """The indexed features (a KeyMatrix over the file) of the geometry fitted as ``key``
         for ``gallery``'s rows; None when the service should compute them itself."""
-        name, entry = self._entry(gallery, key)
+        name, entry = self.served_entry(gallery, key)
         if name is None:
             return None
         if entry is not None and int(entry["file"]["rows"]) == len(gallery):
@@ -236,7 +239,7 @@ class ArchiveIndex:
         small = len(gallery) <= self.config.prepare_in_request_below
         if small or self.jobs is None:
             self.builder().entry(finding, spec.name, anchor_set.key)
-            _, entry = self._entry(gallery, key)
+            _, entry = self.served_entry(gallery, key)
             if entry is not None and int(entry["file"]["rows"]) == len(gallery):
                 return self._mapped(name, entry)
             return None
@@ -258,7 +261,7 @@ class ArchiveIndex:
                     raise FeaturesBeingPrepared(
                         f"{exc}: its features are being rebuilt; search again in a moment"
                     ) from None
-                _, fresh = self._entry(self.gallery(), entry["geometry_key"])
+                _, fresh = self.served_entry(self.gallery(), entry["geometry_key"])
                 if fresh is None:
                     raise
                 return self._mapped(name, fresh)
@@ -271,7 +274,7 @@ class ArchiveIndex:
         """(known, RankCalibration or None): known False asks the service to measure it."""
         from chexretrieve.search.calibration import calibration_from_fields
 
-        name, entry = self._entry(gallery, key)
+        name, entry = self.served_entry(gallery, key)
         if name is None:
             return False, None
         found = (entry or {}).get("calibrations", {}).get(str(int(top_k)))

@@ -257,7 +257,7 @@ class SearchService(CalibrationMixin):
             ranked = self._rank_by_index(geometry, features, key, gallery, query, mask, k)
             if ranked is not None:
                 return (*ranked, candidates, None)
-        vector, offset = self._query_vector(geometry, features, query, request, gallery)
+        vector, offset = self.query_vector(geometry, features, query, request, gallery)
         rows, scores, standing = rank_exactly(
             features, vector, offset, mask, candidates, k, gallery.image_ids, self._threads()
         )
@@ -271,7 +271,7 @@ class SearchService(CalibrationMixin):
         geometry, features, _ = self._features(spec, anchor_set, gallery)
         mask = self._eligible(request, finding, gallery, own_row)
         candidates = int(mask.sum())
-        vector, offset = self._query_vector(geometry, features, query, request, gallery)
+        vector, offset = self.query_vector(geometry, features, query, request, gallery)
         rows, _, _ = rank_exactly(features, vector, offset, mask, candidates,
                                   min(int(k), candidates), gallery.image_ids,
                                   self._threads())  # fmt: skip
@@ -448,7 +448,7 @@ class SearchService(CalibrationMixin):
             raise ValueError(f"searching by {what} needs an encoder; start the service with one")
         return self.encoder
 
-    def _geometry(self, spec: GeometrySpec, anchor_set: AnchorSetRef):
+    def fitted_geometry(self, spec: GeometrySpec, anchor_set: AnchorSetRef):
         """(fitted geometry, its key): fitted once per anchor set and geometry (memory cache)."""
         return self.cache.geometry(
             spec,
@@ -462,7 +462,7 @@ class SearchService(CalibrationMixin):
     def _features(self, spec: GeometrySpec, anchor_set: AnchorSetRef, gallery: Gallery):
         """(geometry, gallery features, key): from the archive index when it holds them (it may
         raise FeaturesBeingPrepared while it builds them), else computed and cached here."""
-        geometry, key = self._geometry(spec, anchor_set)
+        geometry, key = self.fitted_geometry(spec, anchor_set)
         if self.index is not None:
             features = self.index.features(gallery, geometry, key, spec, anchor_set)
             if features is not None:
@@ -478,10 +478,10 @@ class SearchService(CalibrationMixin):
         return geometry, features, key
 
     def _scores(self, geometry, features, query, request: SearchRequest, gallery: Gallery):
-        vector, offset = self._query_vector(geometry, features, query, request, gallery)
+        vector, offset = self.query_vector(geometry, features, query, request, gallery)
         return features.inner_products(vector).astype(np.float64) + offset
 
-    def _query_vector(self, geometry, features, query, request, gallery):
+    def query_vector(self, geometry, features, query, request, gallery):
         """(vector, offset): every gallery row scores vector · f_k + offset. Relevance feedback is
         folded in (each geometry's score is linear in the query vector, so the mean score of the
         marked rows is the score of their mean query vector): one scan ranks it."""

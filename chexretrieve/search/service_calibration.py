@@ -30,7 +30,7 @@ class CalibrationMixin:
             anchor_set = self.anchors.anchor_set(finding, request.anchor_set)
             spec = parse_geometry(request.geometry)
             gallery = self.gallery
-            geometry, key = self._geometry(spec, anchor_set)
+            geometry, key = self.fitted_geometry(spec, anchor_set)
             known, found = self.index.calibration(gallery, geometry, key, spec, anchor_set,
                                                   finding, int(top_k))  # fmt: skip
             if known:

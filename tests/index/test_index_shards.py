@@ -63,10 +63,10 @@ def test_shards_rank_as_the_single_process_search(service, request_, shards) -> 
     anchor_set = service.anchors.anchor_set(finding, None)
     geometry, features, key = service._features(parse_geometry(request_.geometry), anchor_set,
                                                 gallery)  # fmt: skip
-    vector, offset = service._query_vector(geometry, features, query, request_, gallery)
+    vector, offset = service.query_vector(geometry, features, query, request_, gallery)
     exclusions = service.exclusions(request_, gallery, own_row)
     whole_mask = service._eligible(request_, finding, gallery, own_row)
-    _, entry = service.index._entry(gallery, key)
+    _, entry = service.index.served_entry(gallery, key)
     parts, masks = [], []
     for start, stop in shard_bounds(len(gallery), shards):
         shard = ShardGallery(gallery.manifest, start, stop)
