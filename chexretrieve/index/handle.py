@@ -186,7 +186,10 @@ class ArchiveIndex:
 
     def _warm(self, gallery: IndexGallery) -> None:
         """Verify (and map) what every search reads in full: the embeddings (nearest-neighbour
-        note of the case lookup), then each finding's served features."""
+        note of the case lookup), then each finding's served features. The thread runs at a
+        lower CPU priority than the server's requests: a search that needs a block not yet
+        verified checks it itself, at its own priority, rather than waiting behind this."""
+        lower_thread_priority()
         try:
             manifest = gallery.manifest
             for name, entry in manifest.entries.items():  # what a first search scans
@@ -331,3 +334,19 @@ def _finding_of(anchor_set) -> str:
 
     slug = anchor_set.key.split("@", 1)[0].split(".", 1)[0]
     return canonical_finding(slug)
+
+
+#: how much nicer than the process the background verification runs (Linux: per thread)
+BACKGROUND_NICENESS = 10
+
+
+def lower_thread_priority(step: int = BACKGROUND_NICENESS) -> None:
+    """Make the calling thread nicer by ``step`` (Linux schedules threads as tasks, so
+    ``setpriority`` on the thread's id leaves the rest of the process as it was); nothing where
+    that is not supported."""
+    try:
+        tid = threading.get_native_id()
+        now = os.getpriority(os.PRIO_PROCESS, tid)
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, now + step))
+    except (AttributeError, OSError):  # not Linux, or not allowed: verified at full priority
+        pass

@@ -297,3 +297,24 @@ def test_serve_opens_the_gallery_and_the_density_before_the_first_search(world) 
     assert served._gallery is not None and served.density.held() is not None
     assert ranking(served)[0] == ranking(cold)[0]
     assert cold.density.held() is not None  # loaded by its first search
+
+
+def test_the_background_verification_thread_alone_runs_nicer() -> None:
+    """Linux schedules each thread as a task: the verifying thread's niceness rises by
+    BACKGROUND_NICENESS (capped at 19) and the request threads keep the process's."""
+    import os
+
+    from chexretrieve.index.handle import BACKGROUND_NICENESS, lower_thread_priority
+
+    main = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    seen = {}
+
+    def verify() -> None:
+        lower_thread_priority()
+        seen["thread"] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    worker = threading.Thread(target=verify)
+    worker.start()
+    worker.join(timeout=60)
+    assert seen["thread"] == min(19, main + BACKGROUND_NICENESS)
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == main
