@@ -85,6 +85,27 @@ def report_for_image(conn: Connection, image_id: int) -> str | None:
     return next((found[k] for k in keys if k in found), None)
 
 
+def reports_for_images(conn: Connection, image_ids: Sequence[int]) -> dict[int, str | None]:
+    """``report_for_image`` of every id (None for an unknown id), in two queries per chunk of
+    ids rather than two per image (a page of results asks for a dozen at once)."""
+    ids = sorted({int(i) for i in image_ids})
+    keys_of: dict[int, list[str]] = {}
+    for part in chunks(ids):
+        rows = conn.execute(
+            select(Image.id, Image.dataset_study_id, Study.study_uid)
+            .join(Study, Study.id == Image.study_id)
+            .where(Image.id.in_(part))
+        )
+        for image_id, dataset_study_id, study_uid in rows:
+            keys_of[int(image_id)] = [k for k in (dataset_study_id, study_uid) if k]
+    wanted = sorted({k for keys in keys_of.values() for k in keys})
+    found: dict[str, str] = {}
+    for part in chunks(wanted):
+        stmt = select(Report.study_key, Report.text).where(Report.study_key.in_(part))
+        found.update(conn.execute(stmt).all())
+    return {i: next((found[k] for k in keys_of.get(i, ()) if k in found), None) for i in ids}
+
+
 def report_texts(conn: Connection) -> list[tuple[str, str]]:
     rows = conn.execute(select(Report.study_key, Report.text).order_by(Report.study_key))
     return [(key, text) for key, text in rows]
@@ -188,6 +209,11 @@ class DatasetRecords:
         """The stored report of the image's study, or None."""
         with self._read() as conn:
             return report_for_image(conn, int(image_id))
+
+    def reports_for_images(self, image_ids: Sequence[int]) -> dict[int, str | None]:
+        """The stored report of each image's study (None where there is none), at once."""
+        with self._read() as conn:
+            return reports_for_images(conn, image_ids)
 
     def report_texts(self) -> list[tuple[str, str]]:
         """Every stored report as (study key, text), ordered by key."""

@@ -85,7 +85,9 @@ def open_case_lookup(config: UIConfig, store=None, encoder=None) -> tuple[CaseLo
         case_page_size=config.case_page_size,
         thumbnail_dir=config.feature_cache_dir / "thumbnails" if config.feature_cache_dir else None,
         audit=audit,
-        report_texts=ReportTexts(config.reports_csv, store.report_for_image),
+        report_texts=ReportTexts(
+            config.reports_csv, store.report_for_image, store.reports_for_images
+        ),
         access=access,
     )
     index = service.index

@@ -173,7 +173,8 @@ class CaseLookup(ArchiveThumbnails):
         self.reports_dir = Path(reports_dir)
         self.case_page_size = case_page_size
         self.report_texts = report_texts or ReportTexts(
-            stored=getattr(store, "report_for_image", None)
+            stored=getattr(store, "report_for_image", None),
+            stored_many=getattr(store, "reports_for_images", None),
         )
         self._serials = itertools.count(1)  # numbers the results pages this server sends
         # (user, query study uid, [(image id, study uid)]) -> {image id: "Open in viewer" link};
@@ -521,6 +522,7 @@ class CaseLookup(ArchiveThumbnails):
         figure, note = self._figure(request, query, finding, result.density)
         step(0.8, "Thumbnails")
         self.prefetch_thumbnails(h.image_id for h in result.hits)
+        self.report_texts.prefetch(h.image_id for h in result.hits)
         rows = tuple(
             ResultRow(
                 hit=hit,

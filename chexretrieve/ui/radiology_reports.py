@@ -71,9 +71,11 @@ class ReportTexts:
         self,
         csv_files: Sequence[Path] = (),
         stored: Callable[[int], str | None] | None = None,
+        stored_many: Callable[[Sequence[int]], dict[int, str | None]] | None = None,
     ):
         self.csv_files = tuple(Path(p) for p in csv_files)
         self.stored = stored  # image id -> the store's report of its study (or None)
+        self.stored_many = stored_many  # image ids -> {id: that report}, in one read
         self._by_image: dict[int, str | None] = {}
         self._lock = threading.Lock()
         self._configured: dict[str, str] | None = None
@@ -106,6 +108,16 @@ class ReportTexts:
                 table = None  # not a reports file of this layout: ignored
             self._by_folder[folder] = cached = (version, table)
         return cached[1]
+
+    def prefetch(self, image_ids) -> None:
+        """Read the stored reports of the images not yet asked for, in one read of the store
+        (``report_for`` then answers them from memory)."""
+        if self.stored is None or self.stored_many is None:
+            return
+        missing = [int(i) for i in image_ids if int(i) not in self._by_image]
+        if missing:
+            for key, text in self.stored_many(missing).items():
+                self._by_image[key] = _shortened(text) if text else None
 
     def report_for(self, source_path: str | None, image_id: int | None = None) -> str | None:
         """The report of image ``image_id`` (the store's), else of the image read from

@@ -221,6 +221,8 @@ def test_mimic_cxr_dicom_with_the_jpg_label_files_and_reports(tmp_path, test_enc
         assert store.report_for_image(image_id) == MIMIC_REPORTS["50414267"].strip()
         other = int(ids[f"files/p10/p10000898/s50771383/{D5}.dcm"])
         assert store.report_for_image(other) is None  # its study has no report file
+        every = [int(i) for i in ids] + [10**9]  # and an id no image has
+        assert store.reports_for_images(every) == {i: store.report_for_image(i) for i in every}
     again = ingest(str(root), "--db", url, "--labels", str(labels["chexpert"]))
     assert "reports: 0 new, 0 changed, 2 unchanged" in again.output
 

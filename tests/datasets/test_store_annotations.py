@@ -52,6 +52,10 @@ def check_annotations(store) -> None:  # noqa: ANN001
     assert store.put_reports({"50414267": ("Large effusion.", "b.txt")})["changed"] == 1
     assert store.report_for_image(first[0].image_id) == "Large effusion."
     assert store.report_for_image(first[1].image_id) is None
+    both = [first[1].image_id, first[0].image_id]
+    assert store.reports_for_images(both) == {
+        first[0].image_id: "Large effusion.", first[1].image_id: None,
+    }  # fmt: skip
     assert store.report_texts() == [("50414267", "Large effusion.")]
     with pytest.raises(ValueError, match="unknown image columns"):
         store.write_batch("fake:a", [_item(1, {"pixel_sha256": "x"})])
