@@ -116,6 +116,24 @@ def prepare_published(index) -> None:  # noqa: ANN001
             index.jobs.publish(finding)
 
 
+#: Gradio's queue keeps per-event records for its monitoring summary and, by default, rebuilds
+#: that summary (a pandas DataFrame grouped by function) after every event over the last 10,000
+#: events: a cost per search that grows with the server's uptime. No page of ours shows it.
+QUIET_QUEUE_ENV = {
+    "GRADIO_ANALYTICS_ENABLED": "False",  # no usage analytics sent anywhere
+    "GRADIO_ANALYTICS_CACHE_FREQUENCY": str(10**9),  # the summary is never rebuilt
+    "GRADIO_ANALYTICS_MAX_EVENTS": "100",  # and its records stay few
+}
+
+
+def bounded_queue(app, max_size: int) -> None:  # noqa: ANN001 - a gr.Blocks
+    """The app's event queue, at most ``max_size`` waiting (a busy answer beyond), without
+    Gradio's per-event monitoring summary (QUIET_QUEUE_ENV; an operator's own values win)."""
+    for name, value in QUIET_QUEUE_ENV.items():
+        os.environ.setdefault(name, value)
+    app.queue(max_size=max_size)
+
+
 def open_access(config: UIConfig, store, audit=None) -> AccessControl:  # noqa: ANN001
     """The sign-in of ``config`` over the store's accounts (ValueError: none to sign in with, or
     a store the sessions cannot be written to). Sessions, sign-in counts and viewer grants live
@@ -197,8 +215,7 @@ def launch_app(app: gr.Blocks, config: UIConfig, block: bool = True, head: str |
     warning = config.plain_http_warning
     if warning:
         log.warning(warning)
-    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
-    app.queue(max_size=config.queue_size)
+    bounded_queue(app, config.queue_size)
     # outermost first: the route guard and sign-in, then the viewer gate (only signed-in
     # requests reach /viewer and /dicomweb), then the upload privacy guard
     middleware = [

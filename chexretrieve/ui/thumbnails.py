@@ -41,6 +41,11 @@ class ArchiveThumbnails:
         self._thumb_lock = threading.Lock()
         self.read_threads = read_threads
         self._readers: ThreadPoolExecutor | None = None  # started on first use, then kept
+        # the one placeholder of unreadable cases, and its data URI once encoded (every such
+        # case shows the same pixels: they are encoded once, not per case)
+        self._placeholder = placeholder(thumbnail_px)
+        self._placeholder.setflags(write=False)  # shared by every unreadable case
+        self._placeholder_uri: str | None = None
         # thumbnails persisted between runs (server-side only; None = memory only)
         self.thumbnail_dir = Path(thumbnail_dir) if thumbnail_dir is not None else None
 
@@ -104,7 +109,7 @@ class ArchiveThumbnails:
                 pass  # a damaged cache file is rendered again and replaced
         pixels = self._read_archived(image_id)
         if pixels is None:
-            return placeholder(self.thumbnail_px)
+            return self._placeholder
         thumb = thumbnail(render_for_display(pixels), self.thumbnail_px)
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -142,7 +147,14 @@ class ArchiveThumbnails:
             pixels = self.case_thumbnail(image_id)
             with self._thumb_lock:
                 png = self._stored_pngs.get(image_id)
-            uri = png_data_uri(pixels) if png is None else png_bytes_uri(png)
+            if png is not None:
+                uri = png_bytes_uri(png)
+            elif pixels is self._placeholder:
+                if self._placeholder_uri is None:
+                    self._placeholder_uri = png_data_uri(pixels)
+                uri = self._placeholder_uri
+            else:
+                uri = png_data_uri(pixels)
             with self._thumb_lock:
                 if image_id in self._thumbs:
                     self._uris[image_id] = uri

@@ -76,3 +76,32 @@ def test_numbers_and_texts_within_the_limits_pass():
     assert capped("x" * 64, "id", 64) == "x" * 64 and capped(None, "id", 64) == ""
     with pytest.raises(ValueError, match="is 65 characters long; at most 64"):
         capped("x" * 65, "id", 64)
+
+
+def test_the_event_queue_keeps_no_per_event_monitoring_summary(monkeypatch):
+    """Gradio rebuilds a pandas summary of its last 10,000 events after every event unless told
+    otherwise; the served queue never rebuilds it and keeps few records. An operator's own
+    setting wins."""
+    import gradio as gr
+    from gradio import queueing
+
+    from chexretrieve.ui.app import QUIET_QUEUE_ENV, bounded_queue
+
+    for name in QUIET_QUEUE_ENV:
+        monkeypatch.delenv(name, raising=False)
+    with gr.Blocks() as app:
+        gr.Markdown("x")
+    bounded_queue(app, 7)
+    queue = app._queue
+    assert queue.max_size == 7
+    assert queue.ANALYTICS_MAX_EVENTS == 100 and queue.ANAYLTICS_CACHE_FREQUENCY >= 10**9
+    monkeypatch.setattr(queueing.Queue, "_get_df", lambda *a: pytest.fail("summary rebuilt"))
+    records = [{"function": "search", "status": "success", "process_time": 0.1}] * 5000
+    for _ in range(50):  # fifty events served: the summary is the cached one each time
+        queue.events_recorded += 1
+        assert queue.compute_analytics_summary(records) == {"functions": {}}
+    monkeypatch.setenv("GRADIO_ANALYTICS_MAX_EVENTS", "5000")
+    with gr.Blocks() as other:
+        gr.Markdown("y")
+    bounded_queue(other, 7)
+    assert other._queue.ANALYTICS_MAX_EVENTS == 5000

@@ -540,3 +540,28 @@ def test_a_ranking_without_a_standing_falls_back_to_every_candidates_score(looku
     assert len(calls) == 1
     assert [r.percentile for r in fallback.rows] == [r.percentile for r in exact.rows]
     assert fallback.image_ids == exact.image_ids
+
+
+def test_unreadable_cases_share_one_placeholder_encoded_once(lookup, monkeypatch):
+    """Cases whose files cannot be read show the placeholder; its PNG is encoded once, and each
+    case's data URI decodes to the placeholder's pixels (PIL, not our encoder, decodes it)."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    import chexretrieve.ui.thumbnails as thumbnails_module
+    from chexretrieve.ui.render import placeholder
+
+    for i in (3, 4, 5):
+        Path(lookup.gallery.metadata.loc[i, "source_path"]).unlink()
+    encoded = []
+    real = thumbnails_module.png_data_uri
+    monkeypatch.setattr(thumbnails_module, "png_data_uri", lambda p: encoded.append(1) or real(p))
+    uris = [lookup.thumbnail_uri(i) for i in (3, 4, 5)]
+    assert len(encoded) == 1 and len(set(uris)) == 1
+    png = base64.b64decode(uris[0].split(",", 1)[1])
+    shown = np.asarray(Image.open(io.BytesIO(png)).convert("L"))
+    np.testing.assert_array_equal(shown, placeholder(lookup.thumbnail_px))
+    with pytest.raises(ValueError):  # shared: nobody may draw on it
+        lookup.case_thumbnail(3)[0, 0] = 0
