@@ -14,14 +14,18 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-# the audit trail's HMAC key: one throw-away key per test run (subprocesses inherit it), never the
-# user's own ~/.config/chexretrieve/audit.key
+# the audit trail's HMAC key and, where a test names none, its log: a throw-away folder per test
+# run (subprocesses inherit both; removed when the run ends), never the user's own
+# ~/.config/chexretrieve/audit.key nor ~/.local/state/chexretrieve/audit.jsonl (a log signed with
+# one run's key would be refused by every later run's)
 if not os.environ.get("CHEXRETRIEVE_AUDIT_KEY"):
+    import atexit
     import tempfile
 
-    os.environ["CHEXRETRIEVE_AUDIT_KEY"] = os.path.join(
-        tempfile.mkdtemp(prefix="chexretrieve-audit-key-"), "audit.key"
-    )
+    _audit_folder = tempfile.mkdtemp(prefix="chexretrieve-audit-key-")
+    atexit.register(shutil.rmtree, _audit_folder, ignore_errors=True)
+    os.environ["CHEXRETRIEVE_AUDIT_KEY"] = os.path.join(_audit_folder, "audit.key")
+    os.environ.setdefault("CHEXRETRIEVE_AUDIT_LOG", os.path.join(_audit_folder, "audit.jsonl"))
 # a developer's imported report corpora must not join the posterior prior of the tests
 os.environ["CHEXRETRIEVE_PRIVATE_ANCHORS"] = "/dev/null/no-private-anchors"
 
