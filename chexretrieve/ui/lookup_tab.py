@@ -59,7 +59,6 @@ class LookupTab:
 def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> LookupTab:
     """Lay out the tab and wire its events (call inside ``gr.Blocks``)."""
     viewer = CompareViewer(lookup, config.viewer_px)
-    anchor_choices, anchor_default = lookup.anchor_set_choices(DEFAULT_FINDING)
     # only its count and summary go into the page; each user's listing comes at page load
     first_page = lookup.case_page(finding=DEFAULT_FINDING, record=False)
     with gr.Tab("Case lookup", id="lookup"):
@@ -137,9 +136,11 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
                     finding = gr.Dropdown(
                         list(FINDINGS), value=DEFAULT_FINDING, label="Finding", elem_id="finding"
                     )
+                    # filled at each page load (page_loaded): versions published since the
+                    # server started are offered, and no label of the build time is shown stale
                     anchor_set = gr.Dropdown(
-                        anchor_choices,
-                        value=anchor_default,
+                        [],
+                        value=None,
                         label="Anchor set version",
                         elem_id="anchor-set",
                     )
