@@ -1,7 +1,7 @@
 """The search service's measured chance beside each rank (``rank_calibration``) and the query's
 nearest archived neighbour by cosine (``nearest_cosine``), split out of chexretrieve.search.service:
 a base class of ``SearchService``, which supplies the gallery, anchors, index, config and scoring
-it reads (``ranked_rows``, ``_eligible``, ``_query_embedding``, ``_geometry``)."""
+it reads (``ranked_rows``, ``fitted_geometry``, ``_eligible``, ``_query_embedding``)."""
 
 from __future__ import annotations
 
