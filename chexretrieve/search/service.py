@@ -257,10 +257,8 @@ class SearchService(CalibrationMixin):
             ranked = self._rank_by_index(geometry, features, key, gallery, query, mask, k)
             if ranked is not None:
                 return (*ranked, candidates, None)
-        vector, offset = self.query_vector(geometry, features, query, request, gallery)
-        rows, scores, standing = rank_exactly(
-            features, vector, offset, mask, candidates, k, gallery.image_ids, self._threads()
-        )
+        rows, scores, standing = self._scan_top_k(geometry, features, query, request, gallery,
+                                                  mask, candidates, k)  # fmt: skip
         return rows, scores, candidates, standing
 
     def ranked_rows(self, request, finding, spec, anchor_set, gallery, k: int):
@@ -271,14 +269,17 @@ class SearchService(CalibrationMixin):
         geometry, features, _ = self._features(spec, anchor_set, gallery)
         mask = self._eligible(request, finding, gallery, own_row)
         candidates = int(mask.sum())
-        vector, offset = self.query_vector(geometry, features, query, request, gallery)
-        rows, _, _ = rank_exactly(features, vector, offset, mask, candidates,
-                                  min(int(k), candidates), gallery.image_ids,
-                                  self._threads())  # fmt: skip
+        rows, _, _ = self._scan_top_k(geometry, features, query, request, gallery, mask,
+                                      candidates, min(int(k), candidates))  # fmt: skip
         return rows, mask
 
-    def _threads(self) -> int:
-        return self.config.scan_threads or os.cpu_count() or 1
+    def _scan_top_k(self, geometry, features, query, request, gallery, mask, candidates, k):
+        """(rows, scores, standing): ``rank_exactly`` of the request's query vector over the
+        eligible rows (``mask``, ``candidates`` of them), in this process's scan threads."""
+        vector, offset = self.query_vector(geometry, features, query, request, gallery)
+        threads = self.config.scan_threads or os.cpu_count() or 1
+        return rank_exactly(features, vector, offset, mask, candidates, k, gallery.image_ids,
+                            threads)  # fmt: skip
 
     def gallery_scores(self, request: SearchRequest) -> tuple[np.ndarray, np.ndarray]:
         """(scores, eligible) over every gallery row: what ``search`` ranks, before the top-k cut.

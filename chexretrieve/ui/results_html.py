@@ -70,20 +70,14 @@ def percentiles(scores: np.ndarray, eligible: np.ndarray, rows: Iterable[int]) -
     (100 = more similar than every other candidate, 0 = less similar than all; 100 for the only
     candidate)."""
     pool = np.asarray(scores)[np.asarray(eligible, dtype=bool)]  # no sort: a few rows asked
-    if pool.size <= 1:
-        return [100.0 for _ in rows]
-    others = pool.size - 1
-    out = []
-    for row in rows:
-        lower = int(np.count_nonzero(pool < scores[row]))
-        out.append(100.0 * min(lower, others) / others)
-    return out
+    standing = [pool.size - int(np.count_nonzero(pool < scores[row])) for row in rows]
+    return standing_percentiles(standing, pool.size)
 
 
 def standing_percentiles(standing: Iterable[int], candidates: int) -> list[float]:
-    """``percentiles`` from each result's standing (how many candidates score at least as high,
-    itself and ties included; SearchResult.standing) among ``candidates`` eligible rows: the same
-    numbers without every candidate's score."""
+    """The percentiles of ``percentiles`` from each row's standing (how many candidates score at
+    least as high, itself and ties included; SearchResult.standing) among ``candidates`` eligible
+    rows: what needs no candidate's score beyond the ranking's own count."""
     if candidates <= 1:
         return [100.0 for _ in standing]
     others = candidates - 1
