@@ -17,7 +17,9 @@ product's own commands:
 5. the server's memory from /proc/PID/smaps: RSS, the part that is pages of the index files
    (mapped, shared), the rest ("beyond the mapped index"), USS and PSS;
 6. a second `serve` on the same index, the same searches: the two processes' memory against one;
-7. 1,000 new images written, then ``chexretrieve index build`` again (the update ingest runs).
+7. ``serve --workers 2`` (the second worker forked after the imports), the same searches on each
+   worker: the two workers' memory against the one `serve` of step 5;
+8. 1,000 new images written, then ``chexretrieve index build`` again (the update ingest runs).
 
 Every line prints the load average beside it (the development machine is shared); goals and
 ratios from the issue's table are printed at the end, measured in this one run.
@@ -60,7 +62,8 @@ GOALS = {  # figure -> (300k goal, 1M goal), seconds or GB
     "p95 after (service)": (None, 0.25),
     "RSS beyond the index": (1.0, 2.0),
     "incremental update": (10.0, 20.0),
-    "2 processes / 1": (1.2, None),
+    "2 processes / 1": (None, None),  # two separate `serve` processes: reported, no goal
+    "2 workers / 1": (1.2, None),  # `serve --workers 2`: the issue's "2 processes vs 1"
 }
 
 
@@ -252,32 +255,55 @@ def cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "chexretrieve", *args]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def free_port(count: int = 1) -> int:
+    """The first of ``count`` consecutive free ports."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            first = sock.getsockname()[1]
+        try:
+            for port in range(first + 1, first + count):
+                with socket.socket() as probe:
+                    probe.bind(("127.0.0.1", port))
+            return first
+        except OSError:
+            continue
 
 
-def start_serve(url: str, port: int, log: Path) -> tuple[subprocess.Popen, float, float]:
-    """A `serve` process, the seconds until its page answers and the CPU seconds it used."""
+def start_serve(url: str, port: int, log: Path, workers: int = 1
+                ) -> tuple[subprocess.Popen, float, float]:  # fmt: skip
+    """A `serve` process (``workers`` of them, on consecutive ports), the seconds until every
+    worker's page answers and the CPU seconds the first used."""
     started = time.perf_counter()
     handle = open(log, "w")  # noqa: SIM115 - closed with the process
+    command = cli("serve", "--db", url, "--encoder", ENCODER, "--port", str(port))
+    if workers > 1:
+        command += ["--workers", str(workers)]
     process = subprocess.Popen(
-        cli("serve", "--db", url, "--encoder", ENCODER, "--port", str(port)),
-        cwd=REPO, env=env(), stdout=handle, stderr=subprocess.STDOUT,
+        command, cwd=REPO, env=env(), stdout=handle, stderr=subprocess.STDOUT
     )  # fmt: skip
-    page = f"http://127.0.0.1:{port}/"
-    while True:
+    waiting = [f"http://127.0.0.1:{port + i}/" for i in range(workers)]
+    while waiting:
         if process.poll() is not None:
             raise RuntimeError(f"serve exited: {log.read_text()[-3000:]}")
         try:
-            with urllib.request.urlopen(page, timeout=5) as answer:
+            with urllib.request.urlopen(waiting[0], timeout=5) as answer:
                 body = answer.read().decode("utf-8", "replace")
                 if answer.status == 200 and "case lookup" in body:
-                    return process, time.perf_counter() - started, cpu_seconds(process.pid)
+                    waiting.pop(0)
+                    continue
         except OSError:
             pass
         time.sleep(0.1)
+    return process, time.perf_counter() - started, cpu_seconds(process.pid)
+
+
+def children(pid: int) -> list[int]:
+    """The processes ``pid`` started (/proc/PID/task/*/children)."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(c) for c in (task / "children").read_text().split()]
+    return found
 
 
 def cpu_seconds(pid: int) -> float:
@@ -407,7 +433,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--work", type=Path, required=True, help="folder of the store (kept)")
     parser.add_argument("--searches", type=int, default=20, help="searches after the first")
     parser.add_argument("--skip", default="", help="comma-separated steps to skip: "
-                        "build,search,serve,two,update")  # fmt: skip
+                        "build,search,serve,two,workers,update")  # fmt: skip
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     parser.add_argument(
         "--check-bulk", action="store_true", help="first check the bulk rows equal write_batch's"
@@ -493,6 +519,30 @@ def main(argv: list[str] | None = None) -> dict:
             process.terminate()
             process.wait(timeout=60)
 
+    if "workers" not in skip and "memory_1" in figures:
+        port = free_port(2)
+        process, started, _ = start_serve(url, port, args.work / "serve-workers.log", workers=2)
+        try:
+            (child,) = children(process.pid)
+            say(f"  serve --workers 2: both pages answer after {started:.2f} s")
+            runs = [browse(port + i, pid, cases, "Edema", args.searches)
+                    for i, pid in enumerate((process.pid, child))]  # fmt: skip
+            a, b = memory(process.pid, index), memory(child, index)
+            alone = figures["memory_1"]["rss"]
+            together = a["uss"] + b["uss"] + (a["rss"] - a["uss"])
+            p50, p95 = np.percentile([t for run in runs for t in run["later"]], [50, 95])
+            figures["workers"] = {"start_s": started, "memory": [a, b], "later_p50": p50,
+                                  "later_p95": p95, "over_one": together / alone}  # fmt: skip
+            say(
+                f"  two workers: USS {a['uss']:.2f} + {b['uss']:.2f} GB, PSS {a['pss']:.2f} + "
+                f"{b['pss']:.2f} GB; both together {together:.2f} GB against {alone:.2f} GB "
+                f"for one `serve` = {together / alone:.2f}x; later searches on the two: p50 "
+                f"{p50:.3f} s, p95 {p95:.3f} s"
+            )
+        finally:
+            process.terminate()
+            process.wait(timeout=60)
+
     if "update" not in skip:
         written = build_store(url, args.n, 1000, batch=1000)
         say(f"  1,000 new images written in {written:.1f} s")
@@ -520,6 +570,7 @@ def report(figures: dict, big: int) -> None:
         "RSS beyond the index": figures.get("memory_1", {}).get("beyond"),
         "incremental update": figures.get("update", {}).get("wall"),
         "2 processes / 1": figures.get("two_over_one"),
+        "2 workers / 1": figures.get("workers", {}).get("over_one"),
     }
     print(f"\nfigures for {figures['n']:,} images (goal for {'1M' if big else '300k'}):")
     for name, value in measured.items():

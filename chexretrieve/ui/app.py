@@ -24,6 +24,7 @@ from chexretrieve.ui.evaluation_tab import build_evaluation_tab
 from chexretrieve.ui.handlers import CaseLookup
 from chexretrieve.ui.lookup_tab import build_lookup_tab
 from chexretrieve.ui.radiology_reports import ReportTexts
+from chexretrieve.ui.serve_process import skip_matplotlib_switch
 from chexretrieve.ui.theme import CSS, local_theme
 
 log = logging.getLogger("chexretrieve.ui")
@@ -216,6 +217,7 @@ def launch_app(app: gr.Blocks, config: UIConfig, block: bool = True, head: str |
     if warning:
         log.warning(warning)
     bounded_queue(app, config.queue_size)
+    skip_matplotlib_switch()  # no matplotlib import around every event (this app plots none)
     # outermost first: the route guard and sign-in, then the viewer gate (only signed-in
     # requests reach /viewer and /dicomweb), then the upload privacy guard
     middleware = [

@@ -28,7 +28,13 @@ def serve_command(
         "--host",
         help="Address to bind; anything but loopback needs --accounts or --trusted-header.",
     ),
-    port: int = typer.Option(7860, "--port", help="Port to listen on."),
+    port: int = typer.Option(7860, "--port", help="Port to listen on (the first worker's)."),
+    workers: int = typer.Option(
+        1,
+        "--workers",
+        help="Serving processes forked after the imports (sharing their memory), worker i on "
+        "port + i; put a reverse proxy with sticky sessions in front (docs/archive-index.md).",
+    ),
     accounts: bool = typer.Option(
         False, "--accounts", help="Sign in with the store's accounts (`chexretrieve users add`)."
     ),
@@ -133,6 +139,7 @@ def serve_command(
             encoder=encoder,
             host=host,
             port=port,
+            workers=workers,
             sign_in="header" if trusted_header else "accounts" if accounts else "none",
             access=access,
             ssl_certfile=ssl_certfile,
@@ -151,14 +158,26 @@ def serve_command(
         from chexretrieve.app import ensure_port_free
         from chexretrieve.ui import serve_app
         from chexretrieve.ui.app import check_sign_in
+        from chexretrieve.ui.serve_process import limit_malloc_arenas, serve_workers, worker_ports
 
+        limit_malloc_arenas()  # before any thread: fewer arenas keeping freed memory
         if config.plain_http_warning:
             console.print(f"[yellow]warning:[/yellow] {escape(config.plain_http_warning)}")
-        ensure_port_free(host, port)  # before the archive and the model are loaded
+        ports = worker_ports(port, workers)
+        for each in ports:
+            ensure_port_free(host, each)  # before the archive and the model are loaded
         check_sign_in(config)
         scheme = "https" if ssl_certfile else "http"
-        console.print(f"case lookup on {scheme}://{host}:{port} (Ctrl+C stops it)")
-        serve_app(config)
+        if workers == 1:
+            console.print(f"case lookup on {scheme}://{host}:{port} (Ctrl+C stops it)")
+            serve_app(config)
+            return
+        shown = ", ".join(f"{scheme}://{host}:{each}" for each in ports)
+        console.print(f"case lookup in {workers} workers on {shown} (Ctrl+C stops them)")
+        stopped = serve_workers(config, serve_app)
     except (ValueError, OSError) as exc:  # busy port, missing store: one line, no traceback
         console.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(2) from None
+    if stopped is not None:
+        console.print(f"[red]error:[/red] {escape(stopped)}")
+        raise typer.Exit(1)

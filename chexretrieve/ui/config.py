@@ -17,6 +17,8 @@ from chexretrieve.search.config import ShardedSearchConfig
 
 #: how users sign in (chexretrieve.ui.access): none (loopback only), accounts, header (SSO proxy)
 SIGN_IN_MODES = ("none", "accounts", "header")
+#: most `serve --workers` (one per core is the point; beyond that they only share the cores)
+MAX_WORKERS = 64
 
 
 def is_loopback(host: str) -> bool:
@@ -38,8 +40,11 @@ class UIConfig:
     encoder: str = "phantom"
     # address to bind; anything but loopback needs a sign-in mode other than "none"
     host: str = "127.0.0.1"
-    # port to listen on
+    # port to listen on (the first worker's; worker i listens on port + i)
     port: int = 7860
+    # serving processes: 1, or N forked after the imports so they share their pages, worker i on
+    # port + i behind a reverse proxy with sticky sessions (docs/archive-index.md)
+    workers: int = 1
     # folder for persisted gallery features and result thumbnails (thumbnails/ inside);
     # None = the search service's default feature folder, thumbnails kept in memory only
     feature_cache_dir: Path | None = None
@@ -97,6 +102,10 @@ class UIConfig:
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:
             raise ValueError(f"port must be between 1 and 65535, got {self.port}")
+        if not 1 <= self.workers <= MAX_WORKERS:
+            raise ValueError(f"workers must be between 1 and {MAX_WORKERS}, got {self.workers}")
+        if self.port + self.workers - 1 >= 65536:
+            raise ValueError(f"{self.workers} workers from port {self.port} would pass port 65535")
         if self.sign_in not in SIGN_IN_MODES:
             raise ValueError(
                 f"unknown sign-in mode {self.sign_in!r}; choose one of {', '.join(SIGN_IN_MODES)}"

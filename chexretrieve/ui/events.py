@@ -34,6 +34,11 @@ def who(request: gr.Request | None) -> str:
     return f"anonymous@{getattr(client, 'host', None) or 'unknown'}"
 
 
+def is_skip(value) -> bool:
+    """Whether an event output is ``gr.skip()`` (the component keeps what it shows)."""
+    return isinstance(value, dict) and value == gr.skip()
+
+
 def attempt(action, on_error):
     """``action()``; on a ValueError (bad input, unreadable file) ``on_error(its text)``, on any
     other exception ``on_error(INTERNAL_ERROR)`` after logging it: a message on the page instead

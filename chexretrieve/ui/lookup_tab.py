@@ -17,7 +17,7 @@ from chexretrieve.geometry import GEOMETRIES, geometry_name
 from chexretrieve.ui.case_picker import PICKER_CHOICES, PICKER_LABELS
 from chexretrieve.ui.compare import CompareViewer
 from chexretrieve.ui.config import UIConfig
-from chexretrieve.ui.events import PRIVATE, attempt, who
+from chexretrieve.ui.events import PRIVATE, attempt, is_skip, who
 from chexretrieve.ui.handlers import AGE_ANY, CaseLookup, SearchSettings, parse_filters
 from chexretrieve.ui.input_limits import MAX_CASE_ID, MAX_DATE_TEXT, MAX_FREE_TEXT, MAX_PICKER_TEXT
 from chexretrieve.ui.page_scripts import RESULTS_JS
@@ -336,14 +336,38 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
             return (gr.skip(),) * len(query_outputs)
         return load_case(value, fnd, request)
 
+    # opening a case and searching it are one event: one round trip and one page update (as
+    # two chained events they cost a second round trip and a second update per opened case)
+    open_outputs = [*query_outputs, *(c for c in search_outputs if c not in query_outputs)]
+    on_open = {**PRIVATE, "show_progress_on": [query_image, results]}
+
+    def opening(loader, widget):
+        """An event handler: ``loader`` (the query outputs), then the search of the new query
+        on the page's settings; the search's outputs win where it sets one."""
+
+        def open_and_search(data: dict, request: gr.Request, progress=gr.Progress()):
+            loaded = dict(zip(query_outputs, loader(data[widget], data[finding], request),
+                              strict=True))  # fmt: skip
+            if all(is_skip(value) for value in loaded.values()):  # nothing opened
+                return (gr.skip(),) * len(open_outputs)
+            # the search sees the new query and what opening it cleared (feedback, selection)
+            fresh = {c: v for c, v in loaded.items() if c in data and not is_skip(v)}
+            searched = quiet_search({**data, **fresh}, request, progress)
+            shown = dict(loaded)
+            for component, value in zip(search_outputs, searched, strict=True):
+                if component not in shown or not is_skip(value):
+                    shown[component] = value
+            return tuple(shown[c] for c in open_outputs)
+
+        return open_and_search
+
     for handler, widget, triggers in (
         (load_case, case_id, (load_btn.click, case_id.submit)),
         (pick_case, case_pick, (case_pick.input,)),
     ):
         for trigger in triggers:
-            trigger(handler, [widget, finding], query_outputs, **on_query).then(
-                quiet_search, search_inputs, search_outputs, **on_results
-            )
+            trigger(opening(handler, widget), {widget, finding, *search_inputs}, open_outputs,
+                    **on_open)  # fmt: skip
 
     def search_after_upload(data: dict, request: gr.Request, progress=gr.Progress()):
         if not data[upload_ok]:
@@ -537,6 +561,7 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
         return load_case(value, fnd, request)
 
     app.load(page_loaded, finding, restored_outputs, **quietly).then(
-        load_linked_case, [case_id, finding], query_outputs, **on_query
-    ).then(quiet_search, search_inputs, search_outputs, **on_results)
+        opening(load_linked_case, case_id), {case_id, finding, *search_inputs}, open_outputs,
+        **on_open,
+    )  # fmt: skip
     return LookupTab(finding=finding, anchor_set=anchor_set)

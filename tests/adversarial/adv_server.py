@@ -120,6 +120,13 @@ def event_data(session: httpx.Client, index: int, values: dict) -> list:
     return data
 
 
+def opening(session: httpx.Client, case: str, finding: str) -> tuple[int, list]:
+    """The page's "open case" event (it opens the case and searches it) and its inputs for
+    ``case`` under ``finding``, the other widgets as the page shows them."""
+    index = fn_index(session, "load-case", "click")
+    return index, event_data(session, index, {"case-id": case, "finding": finding})
+
+
 def call(session: httpx.Client, index: int, data: list, timeout: float = 120,
          session_hash: str | None = None) -> tuple[int, dict]:  # fmt: skip
     """Join the event queue as the page does; (join status, the completion message or {}).

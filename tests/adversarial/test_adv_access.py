@@ -220,8 +220,7 @@ def test_the_audit_names_each_signed_in_user(site, world, cases):
     """Finding 10: two people open a case: each audit record names that person."""
     for user in ("rad", "cur"):
         session = srv.client(site["base"], user)
-        status, message = srv.call(session, srv.fn_index(session, "load-case", "click"),
-                                   ["3", "Pleural Effusion"])  # fmt: skip
+        status, message = srv.call(session, *srv.opening(session, "3", "Pleural Effusion"))
         assert status == 200 and message.get("success", True), message
     records = [json.loads(line) for line in world["audit"].read_text().splitlines()]
     views = [(r["user"], r.get("image")) for r in records if r["action"] == "view"]
@@ -283,8 +282,7 @@ def test_the_sso_header_is_believed_only_from_the_proxy(world, cases, trusted):
             ok = ok and unknown.headers["content-type"].startswith("text/plain")
             # the proxy's user is the audit's user and the page's
             session.headers["X-Remote-User"] = "adm"
-            status, _ = srv.call(session, srv.fn_index(session, "load-case", "click"),
-                                 ["4", "Pleural Effusion"])  # fmt: skip
+            status, _ = srv.call(session, *srv.opening(session, "4", "Pleural Effusion"))
             audited = [json.loads(line) for line in world["audit"].read_text().splitlines()]
             ok = (
                 ok

@@ -198,9 +198,8 @@ def _open_and_search(base: str, tag: str) -> str:
     session = srv.client(base)
     try:
         state = f"s{tag}{time.monotonic_ns() % 10**9}"
-        load = srv.fn_index(session, "load-case", "click")
-        status, loaded = srv.call(session, load, [CASE, FINDING], session_hash=state,
-                                  timeout=HANG_GUARD_S)  # fmt: skip
+        status, loaded = srv.call(session, *srv.opening(session, CASE, FINDING),
+                                  session_hash=state, timeout=HANG_GUARD_S)  # fmt: skip
         index = srv.fn_index(session, "search", "click")
         data = srv.event_data(session, index, {"finding": FINDING})
         status2, searched = srv.call(session, index, data, session_hash=state,

@@ -44,8 +44,7 @@ def _audit(world) -> list[dict]:
 
 
 def _load(session, case: str, session_hash: str | None = None):  # noqa: ANN001, ANN202
-    index = srv.fn_index(session, "load-case", "click")
-    return srv.call(session, index, [case, FINDING], session_hash=session_hash)
+    return srv.call(session, *srv.opening(session, case, FINDING), session_hash=session_hash)
 
 
 def test_the_query_preview_is_in_page_data_and_no_file_is_served(site, world, cases):

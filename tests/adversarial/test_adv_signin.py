@@ -336,7 +336,7 @@ def test_unknown_or_malformed_queue_calls_get_4xx_and_no_traceback(server, cases
     time.sleep(1)  # the log of a failing request is written after its answer
     log = server.log_text()[log_before:]
     cases.check("no traceback in the server's log", "Traceback" not in log, log[-600:])
-    status, message = srv.call(session, index, ["3", "Pleural Effusion"])
+    status, message = srv.call(session, *srv.opening(session, "3", "Pleural Effusion"))
     works = status == 200 and message.get("success", True) and bool(message)
     cases.check("the page's own event still works", works, str(message)[:200])
     bad = {n: c for n, c in answers.items() if not (isinstance(c, int) and 400 <= c < 500)}
