@@ -1,6 +1,7 @@
 """The Ray search backend on a local cluster of three Ray nodes ranks exactly as the
 single-process search: the same image ids in the same order, the same scores and candidate counts,
-for several geometries, with filters and the query's own study (and an upload's) excluded.
+for several geometries, with filters and the query's own study (and an upload's) excluded; and
+the real `serve --search-backend ray`, driven in Chromium, shows that ranking on screen.
 
 The cluster (``ray start --head`` and two ``ray start --address`` workers) runs in a private
 network namespace that has only its loopback (Ray advertises the host's interface otherwise); each
@@ -146,7 +147,15 @@ def world():
                           str(root / "spec.json"), str(root / "out.json"), timeout=300)  # fmt: skip
         nodes = "".join(f"\n{log.name}: " + log.read_text()[-1500:] for log in root.glob("node-*"))
         assert job.returncode == 0, job.stderr[-3000:] + nodes
-        yield local, json.loads((root / "out.json").read_text()), spec["db"]
+        remote = json.loads((root / "out.json").read_text())
+        # `serve --search-backend ray` in a browser, in the namespace too (after the job above,
+        # whose actors ended with it)
+        shown = root / "browser.json"
+        job = cluster.run(sys.executable, str(HERE / "scale_ray_serve_job.py"),
+                          str(root / "spec.json"), str(shown), timeout=400)  # fmt: skip
+        assert job.returncode == 0, job.stdout[-2000:] + job.stderr[-3000:]
+        remote["browser"] = json.loads(shown.read_text())
+        yield local, remote, spec["db"]
     finally:
         if cluster is not None:
             cluster.stop()
@@ -172,6 +181,21 @@ def test_ray_backend_ranks_exactly_as_the_single_process_search(world, name) -> 
     assert got["ids"] == want["ids"]
     assert got["candidates"] == want["candidates"]
     np.testing.assert_allclose(got["scores"], want["scores"], rtol=1e-6, atol=1e-9)
+
+
+def test_serve_with_the_ray_backend_shows_the_same_ranking_in_a_browser(world) -> None:
+    """The real `serve --search-backend ray`, a case opened in Chromium: the cards on screen
+    name the single-process search's top 12 (the UI's default finding, geometry and top k), in
+    its order, and the title the same candidate count."""
+    local, remote, _ = world
+    shown, want = remote["browser"], local["softmax-case"]
+    assert shown.get("cards"), shown.get("log")
+    assert [rank for rank, _ in shown["cards"]] == list(range(1, 13)), shown["cards"]
+    assert [case for _, case in shown["cards"]] == want["ids"][:12], shown["log"]
+    assert f"{shown['finding']} · Softmax" in shown["title"], shown["title"]
+    assert f"{want['candidates']:,} candidate cases" in shown["title"], shown["title"]
+    assert "query: case 7" in shown["title"]
+    assert "Connected to Ray cluster" in shown["log"], shown["log"]  # not the local backend
 
 
 def test_hnsw_per_shard_finds_most_of_the_exact_top_k_with_exact_scores(world) -> None:
