@@ -580,8 +580,16 @@ def main(argv: list[str] | None = None) -> dict:
             process.wait(timeout=60)
 
     if "update" not in skip:
-        written = build_store(url, args.n, 1000, batch=1000)
-        say(f"  1,000 new images written in {written:.1f} s")
+        from chexretrieve.store import open_store
+
+        with open_store(url) as store:  # new images each run: the earlier runs' are stored
+            held = store.count_images()
+        written = build_store(url, held, 1000, batch=1000)
+        with open_store(url) as store:
+            added = store.count_images() - held
+        if added != 1000:
+            raise RuntimeError(f"the update wrote {added} new images, not 1,000")
+        say(f"  1,000 new images written in {written:.1f} s (the store now holds {held + added:,})")
         done = run(cli("index", "build", "--db", url, "--encoder", ENCODER, "--no-progress"))
         figures["update"] = numbers(done)
         say(f"  incremental `index build`: {done['wall']:.1f} s wall, {done['cpu']:.1f} s CPU; "

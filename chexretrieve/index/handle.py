@@ -30,6 +30,7 @@ from chexretrieve.index.entries import entry_key, entry_keys
 from chexretrieve.index.gallery import IndexGallery
 from chexretrieve.index.manifest import CURRENT, IndexUnavailable, Manifest, read_manifest
 from chexretrieve.index.rowfile import IndexDamaged
+from chexretrieve.search.foreground import FOREGROUND
 from chexretrieve.search.requests import FeaturesBeingPrepared
 
 log = logging.getLogger(__name__)
@@ -191,14 +192,18 @@ class ArchiveIndex:
         verified checks it itself, at its own priority, rather than waiting behind this."""
         lower_thread_priority()
         try:
-            manifest = gallery.manifest
-            for name, entry in manifest.entries.items():  # what a first search scans
-                served = manifest.serving.get(entry["finding"]) == entry["anchor_key"]
-                if served and int(entry["file"]["rows"]) == len(gallery):
-                    self._mapped(name, entry)
-            gallery.embedding_keys()  # the case lookup's nearest-neighbour note
+            with FOREGROUND.yielding():  # each block waits while searches run
+                self._check_served(gallery)
         except Exception as exc:  # noqa: BLE001 - a search meets the same problem and says it
             log.warning("checking the index in the background: %s", exc)
+
+    def _check_served(self, gallery: IndexGallery) -> None:
+        manifest = gallery.manifest
+        for name, entry in manifest.entries.items():  # what a first search scans
+            served = manifest.serving.get(entry["finding"]) == entry["anchor_key"]
+            if served and int(entry["file"]["rows"]) == len(gallery):
+                self._mapped(name, entry)
+        gallery.embedding_keys()  # the case lookup's nearest-neighbour note
 
     def _damaged(self, exc: IndexDamaged) -> None:
         """A row file of the archive failed its seal: never served; the index is rebuilt (in

@@ -30,8 +30,11 @@ from pathlib import Path
 
 import numpy as np
 
+from chexretrieve.search.foreground import FOREGROUND
+
 #: bytes of every row file's header (magic, version, length, the padded dictionary); rows follow
 HEADER_BYTES = 256
+
 #: target bytes per verified block (a block holds a power-of-two number of rows)
 BLOCK_BYTES = 1 << 20
 _MAGIC = b"\x93NUMPY\x01\x00"
@@ -297,6 +300,7 @@ class MappedRows:
             wanted = record.blocks[block] if block < len(record.blocks) else None
             if wanted is not None and self._done.get(block) == wanted:
                 continue
+            FOREGROUND.wait_if_background()
             with self._verifying:
                 self._verify_block(block, wanted, size)
 

@@ -34,6 +34,7 @@ from chexretrieve.search.features import (
     default_cache_folder,
     parse_geometry,
 )
+from chexretrieve.search.foreground import FOREGROUND
 from chexretrieve.search.gallery import (
     Exclusions,
     Gallery,
@@ -209,7 +210,12 @@ class SearchService(CalibrationMixin):
 
     # ------------------------------------------------------------------------------ search
     def search(self, request: SearchRequest, user: str | None = None) -> SearchResult:
-        """Rank the gallery for ``request``; ``user`` names who asked, for the audit trail."""
+        """Rank the gallery for ``request``; ``user`` names who asked, for the audit trail.
+        Background checks of the index wait meanwhile (``FOREGROUND``)."""
+        with FOREGROUND.searching():
+            return self._search(request, user)
+
+    def _search(self, request: SearchRequest, user: str | None) -> SearchResult:
         finding = canonical_finding(request.finding)
         spec = parse_geometry(request.geometry)
         top_k = self._top_k(request.top_k)

@@ -14,6 +14,7 @@ import gradio as gr
 
 from chexretrieve.findings import FINDINGS
 from chexretrieve.geometry import GEOMETRIES, geometry_name
+from chexretrieve.search.foreground import FOREGROUND
 from chexretrieve.ui.case_picker import PICKER_CHOICES, PICKER_LABELS
 from chexretrieve.ui.compare import CompareViewer
 from chexretrieve.ui.config import UIConfig
@@ -274,6 +275,10 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
 
     def search(explicit: bool):
         def run_search(data: dict, request: gr.Request, progress=gr.Progress()):
+            with FOREGROUND.searching():  # the index's background check waits meanwhile
+                return search_page(data, request, progress)
+
+        def search_page(data: dict, request: gr.Request, progress):
             query, selected, window = data[query_state], data[selected_state], data[panel.window]
             relevant, not_relevant = data[relevant_state], data[not_relevant_state]
             if query is None:
@@ -346,6 +351,10 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
         on the page's settings; the search's outputs win where it sets one."""
 
         def open_and_search(data: dict, request: gr.Request, progress=gr.Progress()):
+            with FOREGROUND.searching():  # the index's background check waits meanwhile
+                return open_then_search(data, request, progress)
+
+        def open_then_search(data: dict, request: gr.Request, progress):
             loaded = dict(zip(query_outputs, loader(data[widget], data[finding], request),
                               strict=True))  # fmt: skip
             if all(is_skip(value) for value in loaded.values()):  # nothing opened
