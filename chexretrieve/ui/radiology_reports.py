@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path, PurePath
 
@@ -29,6 +30,8 @@ REPORTS_FILE = "reports.csv"
 SEARCH_DEPTH = 6
 #: longest report text kept (a longer one is cut with an ellipsis)
 MAX_REPORT_CHARS = 4000
+#: stored reports kept in memory, the most recently asked for (at most 4,000 characters each)
+KEPT_REPORTS = 4096
 
 
 def read_reports_csv(path: Path) -> dict[str, str]:
@@ -76,7 +79,7 @@ class ReportTexts:
         self.csv_files = tuple(Path(p) for p in csv_files)
         self.stored = stored  # image id -> the store's report of its study (or None)
         self.stored_many = stored_many  # image ids -> {id: that report}, in one read
-        self._by_image: dict[int, str | None] = {}
+        self._by_image: OrderedDict[int, str | None] = OrderedDict()  # at most KEPT_REPORTS
         self._lock = threading.Lock()
         self._configured: dict[str, str] | None = None
         # folder -> ((mtime, size) of its reports file or None, the file's table or None)
@@ -117,18 +120,33 @@ class ReportTexts:
         missing = [int(i) for i in image_ids if int(i) not in self._by_image]
         if missing:
             for key, text in self.stored_many(missing).items():
-                self._by_image[key] = _shortened(text) if text else None
+                self._keep(key, _shortened(text) if text else None)
+
+    def _keep(self, image_id: int, text: str | None) -> None:
+        """Remember ``text`` as the report of ``image_id``, forgetting the least recently asked
+        for beyond KEPT_REPORTS (a server over a million images would otherwise keep them all)."""
+        with self._lock:
+            self._by_image[image_id] = text
+            self._by_image.move_to_end(image_id)
+            while len(self._by_image) > KEPT_REPORTS:
+                self._by_image.popitem(last=False)
 
     def report_for(self, source_path: str | None, image_id: int | None = None) -> str | None:
         """The report of image ``image_id`` (the store's), else of the image read from
         ``source_path`` (the CSVs'), or None when none is known."""
         if self.stored is not None and image_id is not None:
             key = int(image_id)
-            if key not in self._by_image:
-                text = self.stored(key)
-                self._by_image[key] = _shortened(text) if text else None
-            if self._by_image[key] is not None:
-                return self._by_image[key]
+            with self._lock:
+                known = key in self._by_image
+                text = self._by_image.get(key)
+                if known:
+                    self._by_image.move_to_end(key)
+            if not known:
+                stored = self.stored(key)
+                text = _shortened(stored) if stored else None
+                self._keep(key, text)
+            if text is not None:
+                return text
         if not isinstance(source_path, str) or not source_path:
             return None
         with self._lock:

@@ -92,12 +92,14 @@ class ArchiveThumbnails:
                     self._stored_pngs[image_id] = png
         return found
 
-    def _render_thumbnail(self, image_id: int) -> np.ndarray:
+    def _render_thumbnail(self, image_id: int, look_in_store: bool = True) -> np.ndarray:
+        """The thumbnail of one image: the store's, else the persisted one, else rendered from
+        its file (``look_in_store=False``: the caller has just asked the store)."""
         from PIL import Image
 
         from chexretrieve.dicom import render_for_display
 
-        stored = self._stored_thumbnails([image_id]).get(image_id)
+        stored = self._stored_thumbnails([image_id]).get(image_id) if look_in_store else None
         if stored is not None:
             return stored
         path = self._thumbnail_file(image_id)
@@ -160,6 +162,10 @@ class ArchiveThumbnails:
                     self._uris[image_id] = uri
         return uri
 
+    def _render_unstored(self, image_id: int) -> np.ndarray:
+        """``_render_thumbnail`` of an image the store was just asked for and had none of."""
+        return self._render_thumbnail(image_id, look_in_store=False)
+
     def _reader_pool(self) -> ThreadPoolExecutor:
         """The thumbnail readers, kept between searches (starting threads per page of results
         cost 12 ms of each search)."""
@@ -182,8 +188,8 @@ class ArchiveThumbnails:
         if not missing:
             return
         if self.read_threads <= 1 or len(missing) == 1:
-            rendered = [self._render_thumbnail(i) for i in missing]
+            rendered = [self._render_thumbnail(i, look_in_store=False) for i in missing]
         else:
-            rendered = list(self._reader_pool().map(self._render_thumbnail, missing))
+            rendered = list(self._reader_pool().map(self._render_unstored, missing))
         for image_id, thumb in zip(missing, rendered, strict=True):
             self._remember_thumbnail(image_id, thumb)

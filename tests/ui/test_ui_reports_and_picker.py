@@ -124,3 +124,34 @@ def test_the_picker_pages_filters_and_finds_accession_numbers(lookup):
     with pytest.raises(ValueError, match="no case with id or accession number 'ACC9'"):
         lookup.resolve_case("ACC9")
     assert lookup.load_case("acc0002").case_id == _id_of(lookup, 2)
+
+
+def test_stored_reports_kept_in_memory_are_the_most_recent_few(monkeypatch):
+    """A server over a large archive keeps at most KEPT_REPORTS stored reports, the most
+    recently asked for; a forgotten one is read from the store again, and is the same text."""
+    from chexretrieve.ui import radiology_reports
+
+    monkeypatch.setattr(radiology_reports, "KEPT_REPORTS", 5)
+    reads: list[int] = []
+
+    def text(image_id):  # odd ids have a stored report
+        return f"Report of {image_id}." if image_id % 2 else None
+
+    def stored(image_id):
+        reads.append(image_id)
+        return text(image_id)
+
+    def stored_many(image_ids):
+        reads.extend(image_ids)
+        return {i: text(i) for i in image_ids}
+
+    texts = ReportTexts(stored=stored, stored_many=stored_many)
+    texts.prefetch(range(1, 21))  # 20 images: only the last 5 are kept
+    assert list(texts._by_image) == [16, 17, 18, 19, 20]
+    reads.clear()
+    assert texts.report_for(None, 19) == "Report of 19." and reads == []  # from memory
+    assert texts.report_for(None, 18) is None and reads == []  # "none" is remembered too
+    assert texts.report_for(None, 3) == "Report of 3." and reads == [3]  # forgotten: read again
+    assert len(texts._by_image) == 5 and 3 in texts._by_image
+    assert 16 not in texts._by_image  # the least recently asked for went
+    assert 19 in texts._by_image  # asked for a moment ago: kept

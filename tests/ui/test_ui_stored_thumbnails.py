@@ -64,3 +64,33 @@ def test_result_thumbnails_come_from_the_store_when_the_files_are_gone(tmp_path)
         assert image[:, :8].max() <= 5 and image[:, -8:].min() >= 250
         assert row.thumbnail_uri in ranking.html
     store.close()
+
+
+class _NoThumbnailsStore:
+    """A store with no thumbnail for any image (an older store); counts its reads."""
+
+    def __init__(self):
+        self.asked: list[list[int]] = []
+
+    def read_thumbnails(self, image_ids):
+        self.asked.append(sorted(int(i) for i in image_ids))
+        return {}
+
+
+def test_images_without_a_stored_thumbnail_are_asked_for_once_per_page(tmp_path):
+    """A page of results asks the store once for all its thumbnails; the images it has none of
+    are rendered from their files (here: missing, so the placeholder) without asking again."""
+    from chexretrieve.ui.thumbnails import ArchiveThumbnails
+
+    class Thumbnails(ArchiveThumbnails):
+        def _metadata(self, image_id):
+            return {"source_path": str(tmp_path / f"gone-{image_id}.dcm")}
+
+    for threads in (1, 3):
+        thumbs = Thumbnails(thumbnail_px=32, read_threads=threads)
+        thumbs.store = _NoThumbnailsStore()
+        thumbs.prefetch_thumbnails([4, 9, 2, 7])
+        assert thumbs.store.asked == [[2, 4, 7, 9]]  # one read for the page, none per image
+        for image_id in (4, 9, 2, 7):
+            assert np.array_equal(thumbs.case_thumbnail(image_id), thumbs._placeholder)
+        assert thumbs.store.asked == [[2, 4, 7, 9]]  # then from memory
