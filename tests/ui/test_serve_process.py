@@ -17,12 +17,9 @@ import urllib.request
 import uuid
 from pathlib import Path
 
-import numpy as np
 import pytest
-from PIL import Image
+from ui_fakes import ingest_png_cases, wait_for
 
-from chexretrieve.encoders.stand_in import StandInEncoder
-from chexretrieve.ingest import IngestConfig, ingest_paths
 from chexretrieve.store import open_store
 from chexretrieve.ui.config import MAX_WORKERS, UIConfig
 
@@ -52,16 +49,8 @@ def _free_ports(count: int) -> int:
 
 def _store(tmp_path: Path, n: int = 12) -> str:
     url = f"sqlite:///{tmp_path / 'store.sqlite'}"
-    folder = tmp_path / "archive"
-    folder.mkdir()
-    rng = np.random.default_rng(3)
-    for i in range(n):
-        Image.fromarray((rng.random((64, 64)) * 255).astype(np.uint8)).save(folder / f"c{i}.png")
-    store = open_store(url)
-    try:
-        ingest_paths([folder], store, StandInEncoder(dim=32), IngestConfig(workers=0))
-    finally:
-        store.close()
+    open_store(url).close()
+    ingest_png_cases(url, tmp_path / "archive", n)
     return url
 
 
@@ -74,16 +63,7 @@ def _get_json(url: str) -> dict | None:
 
 
 def _wait_for(condition, what: str, process: subprocess.Popen):
-    deadline = time.monotonic() + HANG_GUARD_S
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        if process.poll() is not None:
-            _, err = process.communicate(timeout=10)
-            pytest.fail(f"serve exited {process.returncode} while waiting for {what}:\n{err}")
-        time.sleep(0.3)
-    pytest.fail(f"no {what} within {HANG_GUARD_S} s")
+    return wait_for(condition, what, HANG_GUARD_S, process)
 
 
 def _open_case(base: str, config: dict, case: str) -> dict:

@@ -14,17 +14,13 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
-import numpy as np
 import pytest
-from PIL import Image
+from ui_fakes import ingest_png_cases, wait_for
 
-from chexretrieve.encoders.stand_in import StandInEncoder
-from chexretrieve.ingest import IngestConfig, ingest_paths
 from chexretrieve.store import open_store
 
 pytestmark = [
@@ -51,19 +47,6 @@ def _empty_store(path: Path) -> str:
     return url
 
 
-def _ingest_pngs(url: str, folder: Path, n: int = 10) -> None:
-    folder.mkdir()
-    rng = np.random.default_rng(7)
-    for i in range(n):
-        Image.fromarray((rng.random((64, 64)) * 255).astype(np.uint8)).save(folder / f"c{i}.png")
-    store = open_store(url)
-    try:
-        ingest_paths([folder], store, StandInEncoder(dim=32), IngestConfig(workers=0))
-        assert store.count_embeddings() == n
-    finally:
-        store.close()
-
-
 def _get(url: str) -> str | None:
     try:
         with urllib.request.urlopen(url, timeout=10) as answer:
@@ -73,16 +56,7 @@ def _get(url: str) -> str | None:
 
 
 def _wait_for(condition, what: str, process: subprocess.Popen | None = None):
-    deadline = time.monotonic() + HANG_GUARD_S
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        if process is not None and process.poll() is not None:
-            _, err = process.communicate(timeout=10)
-            pytest.fail(f"serve exited {process.returncode} while waiting for {what}:\n{err}")
-        time.sleep(0.3)
-    pytest.fail(f"no {what} within {HANG_GUARD_S} s")
+    return wait_for(condition, what, HANG_GUARD_S, process)
 
 
 def _page_config(base: str) -> str | None:
@@ -119,7 +93,7 @@ def test_serve_on_an_empty_store_says_to_ingest_then_serves_the_new_cases(tmp_pa
         assert "location.reload" in (_get(base + "/") or "")  # an open tab follows the swap
         assert "Phantom world" not in waiting  # the case lookup is not served yet
 
-        _ingest_pngs(url, tmp_path / "archive")
+        ingest_png_cases(url, tmp_path / "archive")
 
         def lookup_served() -> str | None:
             config = _page_config(base)
@@ -171,7 +145,7 @@ def test_the_app_built_after_the_wait_searches_the_ingested_cases(tmp_path, monk
         page = _wait_for(lambda: _page_config(base), "waiting page")
         assert WAITING_WORDS in page and "stand-in" in page
         assert not result  # still waiting: the store has no case
-        _ingest_pngs(url, tmp_path / "archive", n=12)
+        ingest_png_cases(url, tmp_path / "archive", n=12)
         waiter.join(HANG_GUARD_S)
         assert not waiter.is_alive(), "wait_for_cases did not return after ingest"
     finally:

@@ -1,9 +1,12 @@
 """Small fakes for the UI handler tests: an in-memory gallery whose images are PNG files on disk,
-an anchor provider with chosen sentences, and a deterministic encoder (no model, no Gradio)."""
+an anchor provider with chosen sentences, and a deterministic encoder (no model, no Gradio); and
+for the tests that run `serve` as a process, a store of ingested PNGs and a wait for the server."""
 
 from __future__ import annotations
 
 import datetime as dt
+import subprocess
+import time
 from pathlib import Path
 
 import numpy as np
@@ -136,3 +139,39 @@ def make_service(tmp_path: Path) -> SearchService:
         encoder=encoder,
         config=SearchConfig(feature_cache_dir=tmp_path / "features"),
     )
+
+
+def ingest_png_cases(url: str, folder: Path, n: int = 10) -> None:
+    """``n`` random 64 x 64 PNGs written into ``folder`` (created) and ingested into the store at
+    ``url`` with the 32-d stand-in encoder (the `serve --encoder stand-in:0:32` tests')."""
+    from chexretrieve.encoders.stand_in import StandInEncoder
+    from chexretrieve.ingest import IngestConfig, ingest_paths
+    from chexretrieve.store import open_store
+
+    folder.mkdir()
+    rng = np.random.default_rng(7)
+    for i in range(n):
+        Image.fromarray((rng.random((64, 64)) * 255).astype(np.uint8)).save(folder / f"c{i}.png")
+    store = open_store(url)
+    try:
+        ingest_paths([folder], store, StandInEncoder(dim=32), IngestConfig(workers=0))
+        assert store.count_embeddings() == n
+    finally:
+        store.close()
+
+
+def wait_for(condition, what: str, guard_s: float, process: subprocess.Popen | None = None):
+    """``condition()``'s first true value, asked every 0.3 s; the test fails when ``process``
+    (a `serve`) exits meanwhile, or after ``guard_s`` seconds (a hang guard only)."""
+    import pytest
+
+    deadline = time.monotonic() + guard_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        if process is not None and process.poll() is not None:
+            _, err = process.communicate(timeout=10)
+            pytest.fail(f"serve exited {process.returncode} while waiting for {what}:\n{err}")
+        time.sleep(0.3)
+    pytest.fail(f"no {what} within {guard_s} s")
