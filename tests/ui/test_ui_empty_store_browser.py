@@ -18,9 +18,9 @@ from test_ui_empty_store import (
     _empty_store,
     _free_port,
     _get,
-    _ingest_pngs,
     _wait_for,
 )
+from ui_fakes import ingest_png_cases
 
 from chexretrieve.ui.waiting import PAGE_RELOAD_S
 
@@ -103,7 +103,7 @@ def test_the_open_tab_turns_into_the_case_lookup_after_ingest(tmp_path):
             page.get_by_text(WAITING_WORDS).wait_for()
             assert "docker compose run --rm ingest" in page.inner_text("body")
 
-            _ingest_pngs(url, tmp_path / "archive")
+            ingest_png_cases(url, tmp_path / "archive")
             # no goto, no reload from here: the page does it once the case lookup is served;
             # no second sign-in either: the session is the store's, not the waiting page's
             page.get_by_text("Browse the archive (10 cases)").wait_for()
