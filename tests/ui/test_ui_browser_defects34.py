@@ -105,7 +105,17 @@ def test_the_contrast_helper_matches_published_ratios():
     assert contrast((148, 163, 184), (248, 250, 252)) < 3.0  # Gradio Soft's subdued text
 
 
+#: resolves once every running CSS transition or finite animation has ended: the colours a person
+#: reads, not a frame in the middle of one (an enabled button fades in from half opacity for 0.2 s)
+SETTLED_JS = """async () => {
+  const finite = document.getAnimations().filter(
+    (a) => Number.isFinite(a.effect && a.effect.getComputedTiming().endTime));
+  await Promise.all(finite.map((a) => a.finished.catch(() => null)));
+}"""
+
+
 def _low_contrast(page, selector: str = "body") -> list[tuple[str, float]]:
+    page.evaluate(SETTLED_JS)
     found = page.eval_on_selector(selector, CONTRASTS_JS)
     bad = []
     for item in found:
