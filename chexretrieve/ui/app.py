@@ -88,7 +88,10 @@ def open_case_lookup(config: UIConfig, store=None, encoder=None) -> tuple[CaseLo
         thumbnail_dir=config.feature_cache_dir / "thumbnails" if config.feature_cache_dir else None,
         audit=audit,
         report_texts=ReportTexts(
-            config.reports_csv, store.report_for_image, store.reports_for_images
+            config.reports_csv,
+            store.report_for_image,
+            store.reports_for_images,
+            store.archive_revision,
         ),
         access=access,
     )

@@ -175,6 +175,7 @@ class CaseLookup(ArchiveThumbnails):
         self.report_texts = report_texts or ReportTexts(
             stored=getattr(store, "report_for_image", None),
             stored_many=getattr(store, "reports_for_images", None),
+            revision=getattr(store, "archive_revision", None),
         )
         self._serials = itertools.count(1)  # numbers the results pages this server sends
         # (user, query study uid, [(image id, study uid)]) -> {image id: "Open in viewer" link};
@@ -528,7 +529,9 @@ class CaseLookup(ArchiveThumbnails):
                 hit=hit,
                 percentile=pct[i],
                 thumbnail_uri=self.thumbnail_uri(hit.image_id),
-                report=self.report_texts.report_for(hit.metadata.get("source_path"), hit.image_id),
+                report=self.report_texts.report_for(
+                    hit.metadata.get("source_path"), hit.image_id, prefetched=True
+                ),
                 baseline_rank=base_ranks[i],
                 baseline_percentile=base_pct[i],
             )

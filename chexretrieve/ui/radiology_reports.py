@@ -75,11 +75,17 @@ class ReportTexts:
         csv_files: Sequence[Path] = (),
         stored: Callable[[int], str | None] | None = None,
         stored_many: Callable[[Sequence[int]], dict[int, str | None]] | None = None,
+        revision: Callable[[], int] | None = None,
     ):
         self.csv_files = tuple(Path(p) for p in csv_files)
         self.stored = stored  # image id -> the store's report of its study (or None)
         self.stored_many = stored_many  # image ids -> {id: that report}, in one read
+        # the archive's generation (Store.archive_revision; storing reports moves it): the
+        # stored reports kept in memory are forgotten when it moves, so a report imported while
+        # the server runs is shown at the next look, not after a restart; None = never forgotten
+        self.revision = revision
         self._by_image: OrderedDict[int, str | None] = OrderedDict()  # at most KEPT_REPORTS
+        self._kept_at: int | None = None  # the revision the kept reports were read at
         self._lock = threading.Lock()
         self._configured: dict[str, str] | None = None
         # folder -> ((mtime, size) of its reports file or None, the file's table or None)
@@ -117,6 +123,7 @@ class ReportTexts:
         (``report_for`` then answers them from memory)."""
         if self.stored is None or self.stored_many is None:
             return
+        self._forget_if_moved()
         missing = [int(i) for i in image_ids if int(i) not in self._by_image]
         if missing:
             for key, text in self.stored_many(missing).items():
@@ -131,10 +138,26 @@ class ReportTexts:
             while len(self._by_image) > KEPT_REPORTS:
                 self._by_image.popitem(last=False)
 
-    def report_for(self, source_path: str | None, image_id: int | None = None) -> str | None:
+    def _forget_if_moved(self) -> None:
+        """Forget the kept stored reports when the archive's revision moved since they were
+        read (one small read of the store)."""
+        if self.revision is None:
+            return
+        now = int(self.revision())
+        with self._lock:
+            if now != self._kept_at:
+                self._by_image.clear()
+                self._kept_at = now
+
+    def report_for(
+        self, source_path: str | None, image_id: int | None = None, prefetched: bool = False
+    ) -> str | None:
         """The report of image ``image_id`` (the store's), else of the image read from
-        ``source_path`` (the CSVs'), or None when none is known."""
+        ``source_path`` (the CSVs'), or None when none is known. ``prefetched``: the caller has
+        just called ``prefetch`` for this image, which checked the archive's revision."""
         if self.stored is not None and image_id is not None:
+            if not prefetched:
+                self._forget_if_moved()
             key = int(image_id)
             with self._lock:
                 known = key in self._by_image

@@ -88,6 +88,52 @@ def test_a_report_stored_for_the_study_wins_over_the_csv(lookup):
     assert lookup.report_of(_id_of(lookup, 0)) == "Report 0: moderate effusion."  # none stored
 
 
+def test_a_report_stored_while_the_server_runs_is_shown_at_the_next_look(lookup):
+    """The server keeps the stored reports it read; storing a report moves the archive's
+    revision, and the kept ones are read again: the detail panel and the results page show the
+    new report without a restart (they showed the CSV's text before)."""
+    from chexretrieve.ui.handlers import SearchSettings
+
+    image_id = _id_of(lookup, 1)
+    query = lookup.load_case(_id_of(lookup, 0))
+    settings = SearchSettings("Pleural Effusion", "cosine", top_k=N - 1)
+
+    def shown_on_the_results_page() -> str | None:
+        page = lookup.search(query, settings)
+        return next(row.report for row in page.rows if row.hit.image_id == image_id)
+
+    assert lookup.report_of(image_id) == "Report 1: clear."  # none stored: the CSV's
+    assert shown_on_the_results_page() == "Report 1: clear."
+    study_uid = lookup.store.image_by_id(image_id).study_uid
+    lookup.store.put_reports({study_uid: ("Stored later: small effusion.", "test")})
+    assert lookup.report_of(image_id) == "Stored later: small effusion."
+    lookup.store.put_reports({study_uid: ("Stored again: no effusion.", "test")})
+    assert shown_on_the_results_page() == "Stored again: no effusion."
+
+
+def test_kept_stored_reports_are_read_again_only_when_the_revision_moves():
+    revision = [1]
+    reads: list[list[int]] = []
+    stored_text: dict[int, str | None] = {1: None, 2: "Two."}
+
+    def stored_many(image_ids):
+        reads.append(list(image_ids))
+        return {i: stored_text[i] for i in image_ids}
+
+    texts = ReportTexts(
+        stored=lambda i: stored_many([i])[i], stored_many=stored_many, revision=lambda: revision[0]
+    )
+    texts.prefetch([1, 2])
+    assert texts.report_for(None, 1, prefetched=True) is None
+    assert texts.report_for(None, 2) == "Two." and reads == [[1, 2]]  # kept: no new read
+    stored_text[1] = "One."
+    assert texts.report_for(None, 1) is None and reads == [[1, 2]]  # same revision: kept
+    revision[0] = 2
+    assert texts.report_for(None, 1) == "One." and reads == [[1, 2], [1]]
+    texts.prefetch([1, 2])
+    assert reads == [[1, 2], [1], [2]]  # 1 was read at this revision; 2 was forgotten
+
+
 def test_a_configured_reports_csv_wins_and_an_unrelated_path_has_no_report(archive, tmp_path):
     other = tmp_path / "reports-extra.csv"
     other.write_text(
