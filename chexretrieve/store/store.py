@@ -8,18 +8,16 @@ Embeddings of different encoders are never mixed: a gallery is always one encode
 from __future__ import annotations
 
 import collections
-import json
-import os
-import socket
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
 import numpy as np
 import pandas as pd
-from sqlalchemy import Connection, and_, delete, func, insert, select, text, update
+from sqlalchemy import Connection, and_, func, insert, select, text
 from sqlalchemy.exc import DatabaseError, IntegrityError
 
 from chexretrieve.store import cases, writes
+from chexretrieve.store.anchor_cache import AnchorEmbeddingCache
 from chexretrieve.store.archive_reads import ArchiveReads
 from chexretrieve.store.config import StoreConfig
 from chexretrieve.store.dataset_records import DatasetRecords
@@ -32,15 +30,14 @@ from chexretrieve.store.engine import (
     default_db_url,
     run_migrations,
 )
+from chexretrieve.store.ingest_runs import IngestRuns
 from chexretrieve.store.queries import (
     IMAGE_COLUMNS,
-    anchor_key,
     apply_filters,
     find_problems,
     metadata_frame,
     post_filter,
     post_filter_mask,
-    process_alive,
 )
 from chexretrieve.store.records import (
     BatchItem,
@@ -54,11 +51,8 @@ from chexretrieve.store.records import (
     StoredImage,
     Thumbnail,
     bytes_to_matrix,
-    matrix_to_bytes,
 )
 from chexretrieve.store.schema import (
-    OUTCOMES,
-    RUN_STATUSES,
     AnchorEmbedding,
     ArchiveChange,
     ArchiveRevision,
@@ -93,10 +87,11 @@ def open_store(url: str | None = None, config: StoreConfig | None = None) -> Sto
     return Store(config)
 
 
-class Store(DatasetRecords, ArchiveReads):
+class Store(DatasetRecords, ArchiveReads, AnchorEmbeddingCache, IngestRuns):
     """All database access of chexretrieve goes through this class (the data-set columns and
     reports: ``dataset_records.DatasetRecords``; the archive index's column reads:
-    ``archive_reads.ArchiveReads``)."""
+    ``archive_reads.ArchiveReads``; cached anchor embeddings: ``anchor_cache``; ingest runs and
+    their outcomes: ``ingest_runs``)."""
 
     def __init__(self, config: StoreConfig) -> None:
         self.config = config
@@ -484,150 +479,6 @@ class Store(DatasetRecords, ArchiveReads):
         of another size), for a backfill (``chexretrieve ingest --thumbnails-only``)."""
         with self._read() as conn:
             return cases.images_needing_thumbnail(conn, max_side, limit)
-
-    # ------------------------------------------------------------------ anchor-embedding cache
-    def put_anchor_embeddings(
-        self,
-        anchor_set_id: str,
-        version: str,
-        content_hash: str,
-        encoder_id: str,
-        matrix: np.ndarray,
-    ) -> None:
-        """Cache the (n_sentences, d) text embeddings of one anchor-set version (replaces)."""
-        encoder = self._require_encoder(encoder_id)
-        blob, rows, dim = matrix_to_bytes(matrix)
-        if dim != encoder.embed_dim:
-            raise ValueError(
-                f"anchor embeddings have dimension {dim}; encoder {encoder_id} has "
-                f"{encoder.embed_dim}"
-            )
-        key = anchor_key(anchor_set_id, str(version), content_hash, encoder_id)
-        with self._write() as conn:
-            conn.execute(delete(AnchorEmbedding).where(key))
-            conn.execute(
-                insert(AnchorEmbedding).values(
-                    anchor_set_id=anchor_set_id,
-                    version=str(version),
-                    content_hash=content_hash,
-                    encoder_id=encoder_id,
-                    n_sentences=rows,
-                    dim=dim,
-                    matrix=blob,
-                    created_at=writes.utc_now(),
-                )
-            )
-
-    def get_anchor_embeddings(
-        self, anchor_set_id: str, version: str, content_hash: str, encoder_id: str
-    ) -> np.ndarray | None:
-        """The cached matrix, or None when this exact (set, version, content, encoder) is absent."""
-        key = anchor_key(anchor_set_id, str(version), content_hash, encoder_id)
-        with self._read() as conn:
-            row = conn.execute(
-                select(
-                    AnchorEmbedding.n_sentences, AnchorEmbedding.dim, AnchorEmbedding.matrix
-                ).where(key)
-            ).first()
-        if row is None:
-            return None
-        return bytes_to_matrix(row.matrix, row.n_sentences, row.dim)
-
-    def anchor_embeddings_frame(self) -> pd.DataFrame:
-        """One row per cached anchor matrix (no matrices): set id, version, hash, encoder, n, d."""
-        stmt = select(
-            AnchorEmbedding.anchor_set_id,
-            AnchorEmbedding.version,
-            AnchorEmbedding.content_hash,
-            AnchorEmbedding.encoder_id,
-            AnchorEmbedding.n_sentences,
-            AnchorEmbedding.dim,
-            AnchorEmbedding.created_at,
-        ).order_by(AnchorEmbedding.anchor_set_id, AnchorEmbedding.version)
-        with self._read() as conn:
-            rows = conn.execute(stmt).all()
-        return pd.DataFrame([r._asdict() for r in rows], columns=list(stmt.selected_columns.keys()))
-
-    # ------------------------------------------------------------------ ingest runs
-    def start_run(self, encoder_id: str | None, settings: Mapping) -> int:
-        """A new ingest run in status 'running'; runs of this host whose process is gone become
-        'interrupted'."""
-        host, pid = socket.gethostname(), os.getpid()
-        with self._write() as conn:
-            stale = conn.execute(
-                select(IngestRun.id, IngestRun.pid).where(
-                    IngestRun.status == "running", IngestRun.host == host
-                )
-            ).all()
-            dead = [run_id for run_id, run_pid in stale if not process_alive(run_pid)]
-            if dead:
-                conn.execute(
-                    update(IngestRun).where(IngestRun.id.in_(dead)).values(status="interrupted")
-                )
-            result = conn.execute(
-                insert(IngestRun).values(
-                    started_at=writes.utc_now(),
-                    status="running",
-                    host=host,
-                    pid=pid,
-                    encoder_id=encoder_id,
-                    settings_json=json.dumps(dict(settings), default=str, sort_keys=True),
-                )
-            )
-            return int(result.inserted_primary_key[0])
-
-    def finish_run(self, run_id: int, status: str, counts: Mapping[str, int]) -> None:
-        if status not in RUN_STATUSES:
-            raise ValueError(f"run status {status!r} is not one of {RUN_STATUSES}")
-        with self._write() as conn:
-            conn.execute(
-                update(IngestRun)
-                .where(IngestRun.id == run_id)
-                .values(
-                    status=status,
-                    finished_at=writes.utc_now(),
-                    counts_json=json.dumps(dict(counts), sort_keys=True),
-                )
-            )
-
-    def record_outcome(self, run_id: int, outcome: Outcome) -> None:
-        self.record_outcomes(run_id, [outcome])
-
-    def record_outcomes(self, run_id: int, outcomes: Sequence[Outcome]) -> None:
-        for o in outcomes:
-            if o.outcome not in OUTCOMES:
-                raise ValueError(f"outcome {o.outcome!r} is not one of {OUTCOMES}")
-        with self._write() as conn:
-            writes.record_outcomes(conn, run_id, outcomes)
-
-    def runs_frame(self) -> pd.DataFrame:
-        stmt = select(
-            IngestRun.id,
-            IngestRun.started_at,
-            IngestRun.finished_at,
-            IngestRun.status,
-            IngestRun.encoder_id,
-            IngestRun.counts_json,
-        ).order_by(IngestRun.id)
-        with self._read() as conn:
-            rows = conn.execute(stmt).all()
-        return pd.DataFrame([r._asdict() for r in rows], columns=list(stmt.selected_columns.keys()))
-
-    def outcomes_frame(self, run_id: int | None = None) -> pd.DataFrame:
-        stmt = select(
-            IngestOutcome.run_id,
-            IngestOutcome.path,
-            IngestOutcome.outcome,
-            IngestOutcome.reason,
-            IngestOutcome.detail,
-            IngestOutcome.sop_uid,
-            IngestOutcome.image_id,
-        ).order_by(IngestOutcome.id)
-        if run_id is not None:
-            stmt = stmt.where(IngestOutcome.run_id == run_id)
-        with self._read() as conn:
-            rows = conn.execute(stmt).all()
-        return pd.DataFrame([r._asdict() for r in rows], columns=list(stmt.selected_columns.keys()))
 
     # ------------------------------------------------------------------ checks
     def table_counts(self) -> dict[str, int]:
