@@ -1,12 +1,14 @@
-"""Reads of the data-set columns (patient, study, view, sex, age, split, path) and study reports."""
+"""Reads of the data-set columns (patient, study, view, sex, age, split, path); study reports,
+read and written."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
-from sqlalchemy import Connection, distinct, func, select
+from sqlalchemy import Connection, bindparam, distinct, func, insert, select, update
 
 from chexretrieve.datasets.entries import view_group_of
 from chexretrieve.findings import FINDINGS
@@ -170,6 +172,45 @@ def patients_in_several_splits(conn: Connection, examples: int) -> tuple[int, tu
     return count, tuple(found)
 
 
+def put_reports(conn: Connection, reports: Mapping[str, tuple[str, str | None]]) -> Counter:
+    """Store reports (study key -> (text, source)); counts "new", "changed", "unchanged"."""
+    counts: Counter = Counter()
+    if not reports:
+        return counts
+    stored: dict[str, str] = {}
+    for part in chunks(sorted(reports)):
+        rows = conn.execute(select(Report.study_key, Report.text).where(Report.study_key.in_(part)))
+        stored.update({key: text for key, text in rows})
+    now = writes.utc_now()
+    inserts, updates = [], []
+    for key, (text, source) in reports.items():
+        if not key or len(key) > 64:
+            raise ValueError(f"report study key {key!r} must be 1 to 64 characters")
+        row = {"text": writes.storable_text(text), "source": source, "updated_at": now}
+        if key not in stored:
+            inserts.append({"study_key": key, **row})
+            counts["new"] += 1
+        elif stored[key] != row["text"]:
+            updates.append({"key": key, **row})
+            counts["changed"] += 1
+        else:
+            counts["unchanged"] += 1
+    if inserts:
+        conn.execute(insert(Report), inserts)
+    if updates:
+        conn.execute(
+            update(Report)
+            .where(Report.study_key == bindparam("key"))
+            .values(
+                text=bindparam("text"),
+                source=bindparam("source"),
+                updated_at=bindparam("updated_at"),
+            ),
+            updates,
+        )
+    return counts
+
+
 class DatasetRecords:
     """The Store's data-set and report methods (a mixin: it uses ``Store._read`` / ``_write``)."""
 
@@ -200,7 +241,7 @@ class DatasetRecords:
         "new", "changed" and "unchanged". The key is the data set's study id (MIMIC study_id,
         CheXpert patient/study), else the StudyInstanceUID."""
         with self._write() as conn:
-            counts = writes.put_reports(conn, reports)
+            counts = put_reports(conn, reports)
             if counts["new"] or counts["changed"]:
                 writes.bump_revision(conn)
         return {name: counts.get(name, 0) for name in ("new", "changed", "unchanged")}

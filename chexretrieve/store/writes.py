@@ -37,7 +37,6 @@ from chexretrieve.store.schema import (
     Image,
     IngestOutcome,
     Label,
-    Report,
     SourceFile,
     Study,
 )
@@ -576,42 +575,3 @@ def _study_ids_for(conn: Connection, moved: Mapping[int, str], targets) -> dict[
         for image_id, uid in moved.items()
     ]
     return _study_ids(conn, records)
-
-
-def put_reports(conn: Connection, reports: Mapping[str, tuple[str, str | None]]) -> Counter:
-    """Store reports (study key -> (text, source)); counts "new", "changed", "unchanged"."""
-    counts: Counter = Counter()
-    if not reports:
-        return counts
-    stored: dict[str, str] = {}
-    for part in chunks(sorted(reports)):
-        rows = conn.execute(select(Report.study_key, Report.text).where(Report.study_key.in_(part)))
-        stored.update({key: text for key, text in rows})
-    now = utc_now()
-    inserts, updates = [], []
-    for key, (text, source) in reports.items():
-        if not key or len(key) > 64:
-            raise ValueError(f"report study key {key!r} must be 1 to 64 characters")
-        row = {"text": storable_text(text), "source": source, "updated_at": now}
-        if key not in stored:
-            inserts.append({"study_key": key, **row})
-            counts["new"] += 1
-        elif stored[key] != row["text"]:
-            updates.append({"key": key, **row})
-            counts["changed"] += 1
-        else:
-            counts["unchanged"] += 1
-    if inserts:
-        conn.execute(insert(Report), inserts)
-    if updates:
-        conn.execute(
-            update(Report)
-            .where(Report.study_key == bindparam("key"))
-            .values(
-                text=bindparam("text"),
-                source=bindparam("source"),
-                updated_at=bindparam("updated_at"),
-            ),
-            updates,
-        )
-    return counts
