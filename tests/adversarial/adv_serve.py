@@ -14,18 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+from net_ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 #: a whole start-up (model, archive, Gradio) on a loaded 2-core machine: a hang guard only
 START_TIMEOUT_S = 420
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclass
@@ -71,7 +64,7 @@ def environment(root: Path) -> dict:
 
 def start(root: Path, db_url: str, name: str, extra: tuple[str, ...] = ()) -> Served:
     """Start `serve --accounts` on ``db_url`` (not waiting; see ``wait_ready``)."""
-    port = _free_port()
+    port = free_port()
     log = root / f"serve-{name}.log"
     command = [
         sys.executable, "-m", "chexretrieve", "serve", "--db", db_url, "--encoder", "stand-in",

@@ -16,6 +16,7 @@ import time
 
 import adv_server as srv
 import pytest
+from net_ports import free_port
 from typer.testing import CliRunner
 
 from chexretrieve.accounts.book import AccountBook
@@ -307,7 +308,7 @@ def test_users_add_refuses_a_short_password_and_serve_warns_about_plain_http(wor
                 and "at least 12 characters" in short.output, short.output[-200:])  # fmt: skip
     empty = f"sqlite:///{world['root'] / 'no-accounts.sqlite'}"
     open_store(empty).close()
-    port = str(srv.ui_browser._free_port())
+    port = str(free_port())
     served = runner.invoke(cli, ["serve", "--host", "0.0.0.0", "--accounts", "--db", empty,
                                  "--encoder", "stand-in", "--port", port])  # fmt: skip
     warned = "plain HTTP on 0.0.0.0" in served.output

@@ -38,6 +38,7 @@ import adv_server as srv
 import numpy as np
 import pytest
 from density_zip import npz_bytes, npz_members
+from net_ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 CASE = "5"
@@ -255,7 +256,7 @@ def test_a_damaged_density_never_blocks_nor_changes_a_search(world, cases, kind)
              and "Traceback" not in show.stderr and "Aborted" not in show.stderr)  # fmt: skip
     cases.check(f"{kind}: density show: one line, exit 2", shown, show.stderr[-300:])
 
-    port = srv.ui_browser._free_port()
+    port = free_port()
     base = f"http://127.0.0.1:{port}/"
     process = _serve(world, port)
     answers: list[str] = [""] * USERS
@@ -317,7 +318,7 @@ def test_fresh_servers_answer_their_first_searches_at_once(phantom_world, cases)
     the moment the page answers (its warm-up thread running): every search answers."""
     failures = 0
     for start in range(STARTS):
-        port = srv.ui_browser._free_port()
+        port = free_port()
         base = f"http://127.0.0.1:{port}/"
         process = _serve(phantom_world, port)
         answers: list[str] = [""] * USERS

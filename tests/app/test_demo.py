@@ -11,7 +11,6 @@ import os
 import queue
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -20,18 +19,13 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from net_ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 ADDRESS = re.compile(r"page: (http://127\.0\.0\.1:\d+/)")
 HANG_GUARD_S = 600
 
 pytestmark = [pytest.mark.slow]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _page(url: str) -> str:
@@ -82,7 +76,7 @@ def _run_demo(root: Path, port: int, on_address) -> list[str]:
 
 
 def test_the_demo_embeds_its_anchors_prints_its_address_and_finishes(tmp_path):
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}/"
     opened = {}
 
@@ -110,7 +104,7 @@ def test_the_demo_embeds_its_anchors_prints_its_address_and_finishes(tmp_path):
     with open_store(f"sqlite:///{tmp_path / 'demo' / 'chexretrieve.sqlite'}") as store:
         assert store.count_images() == 121  # the phantoms and RG1
 
-    port = _free_port()
+    port = free_port()
     second = _run_demo(tmp_path, port, lambda address, lines: _page(address))
     again = "\n".join(second)
     assert "reusing" in again and "generating" not in again

@@ -9,25 +9,19 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
+from net_ports import free_port
 from scale_helpers import require_binary
 
 REPO = Path(__file__).resolve().parents[2]
 ENTRYPOINT = REPO / "docker" / "postgres-entrypoint.sh"
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 HANG_GUARD_S = 60
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture
@@ -86,7 +80,7 @@ def test_the_stand_in_honours_the_postgres_variables_and_keeps_its_data(data_roo
 
     require_binary(str(PG_BIN / "initdb"))
     require_binary("runuser")
-    port = _free_port()
+    port = free_port()
     env = {"POSTGRES_USER": "chex", "POSTGRES_PASSWORD": "s3cret pass", "POSTGRES_DB": "chexdb"}
     server = _start(data_root, env, port)
     try:
@@ -123,7 +117,7 @@ def test_the_stand_in_honours_the_postgres_variables_and_keeps_its_data(data_roo
 def test_the_stand_in_refuses_to_start_without_a_password(data_root):
     require_binary(str(PG_BIN / "initdb"))
     require_binary("runuser")
-    server = _start(data_root, {"POSTGRES_USER": "chex"}, _free_port())
+    server = _start(data_root, {"POSTGRES_USER": "chex"}, free_port())
     out, _ = server.communicate(timeout=HANG_GUARD_S)
     assert server.returncode == 1
     assert "POSTGRES_PASSWORD is not set" in out

@@ -40,10 +40,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", type=Path, default=None, help="working folder (kept)")
     args = parser.parse_args()
-    sys.path.insert(0, str(HERE))
+    sys.path[:0] = [str(HERE), str(HERE.parent)]  # the UI tests' helpers and tests/net_ports
+    from net_ports import free_port
     from ohif_pages import open_pair
     from playwright.sync_api import sync_playwright
-    from viewer_world import build_world, file_values, free_port
+    from viewer_world import build_world, file_values
 
     work = args.work or Path(tempfile.mkdtemp(prefix="ohif-shots-"))
     work.mkdir(parents=True, exist_ok=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import socket
+import sys
 import tempfile
 from pathlib import Path
 
@@ -65,12 +65,6 @@ def upload_files(work: Path) -> dict[str, Path]:
     extremity = work / "extremity-film.dcm"
     shutil.copyfile(pydicom_test_file("RG3_UNCR.dcm"), extremity)
     return {"upload": named, "unlike": extremity}
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def save_png(page, path: Path) -> None:
@@ -207,6 +201,9 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=None, help="folder for the world (kept)")
     parser.add_argument("--n", type=int, default=300, help="phantom images in the archive")
     args = parser.parse_args()
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/net_ports
+    from net_ports import free_port
+
     work = args.work or Path(tempfile.mkdtemp(prefix="chexretrieve-shots-"))
     work.mkdir(parents=True, exist_ok=True)
     for name in ("home", "gradio"):
@@ -236,7 +233,7 @@ def main() -> None:
     uploads = upload_files(work)
     config = UIConfig(
         db_url=url,
-        port=_free_port(),
+        port=free_port(),
         feature_cache_dir=work / "features",
         reports_dir=REPO / "eval" / "reports",
         anchors_dir=anchors,

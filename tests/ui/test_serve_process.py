@@ -18,6 +18,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from net_ports import free_ports
 from ui_fakes import ingest_png_cases, wait_for
 
 from chexretrieve.store import open_store
@@ -27,24 +28,6 @@ REPO = Path(__file__).resolve().parents[2]
 ENCODER = "stand-in:0:32"
 HANG_GUARD_S = 180  # a hang guard only: every wait ends as soon as its condition holds
 FINDING = "Pleural Effusion"
-
-
-def _free_ports(count: int) -> int:
-    """The first of ``count`` consecutive free ports."""
-    for _ in range(200):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            first = sock.getsockname()[1]
-        if first + count >= 65536:
-            continue
-        try:
-            for port in range(first, first + count):
-                with socket.socket() as probe:
-                    probe.bind(("127.0.0.1", port))
-            return first
-        except OSError:
-            continue
-    raise AssertionError("no run of free ports")
 
 
 def _store(tmp_path: Path, n: int = 12) -> str:
@@ -127,7 +110,7 @@ def _serve(tmp_path: Path, url: str, port: int, workers: int) -> subprocess.Pope
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork and /proc: Linux")
 def test_two_workers_each_serve_and_search_and_sigterm_stops_both(tmp_path):
     url = _store(tmp_path)
-    port = _free_ports(2)
+    port = free_ports(2)
     process = _serve(tmp_path, url, port, 2)
     try:
         bases = [f"http://127.0.0.1:{p}" for p in (port, port + 1)]
@@ -163,7 +146,7 @@ def test_two_workers_each_serve_and_search_and_sigterm_stops_both(tmp_path):
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork and /proc: Linux")
 def test_a_worker_that_dies_stops_the_others_with_an_error(tmp_path):
     url = _store(tmp_path, n=6)
-    port = _free_ports(3)
+    port = free_ports(3)
     process = _serve(tmp_path, url, port, 3)
     try:
         for p in (port, port + 1, port + 2):
@@ -195,7 +178,7 @@ def test_workers_and_their_ports_are_checked():
 
 
 def test_a_busy_port_of_a_later_worker_is_refused_before_anything_loads(tmp_path):
-    port = _free_ports(2)
+    port = free_ports(2)
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", port + 1))
         busy.listen()

@@ -15,7 +15,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import threading
 import time
 import urllib.error
@@ -24,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from net_ports import free_port
 
 
 def _root_conftest():
@@ -72,12 +72,6 @@ CASE_ID = "#case-id textarea, #case-id input"
 #: Gradio's error badge on a component, and its error toast
 BADGES = "[data-testid='status-tracker'] .error, [data-testid='toast-body']"
 MESSAGE = "#lookup-message .cx-message"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _digest(folder: Path) -> str:
@@ -207,7 +201,7 @@ def _launch(world, **overrides):
     config = UIConfig(
         db_url=world["db_url"],
         encoder="stand-in",
-        port=_free_port(),
+        port=free_port(),
         feature_cache_dir=world["root"] / "features",
         reports_dir=world["root"] / "reports",
         **overrides,

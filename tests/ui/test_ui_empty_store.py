@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -19,6 +18,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from net_ports import free_port
 from ui_fakes import ingest_png_cases, wait_for
 
 from chexretrieve.store import open_store
@@ -33,12 +33,6 @@ REPO = Path(__file__).resolve().parents[2]
 ENCODER = "stand-in:0:32"
 WAITING_WORDS = "holds no cases of encoder"
 HANG_GUARD_S = 120  # a hang guard only: every wait below ends as soon as its condition holds
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _empty_store(path: Path) -> str:
@@ -66,7 +60,7 @@ def _page_config(base: str) -> str | None:
 
 def test_serve_on_an_empty_store_says_to_ingest_then_serves_the_new_cases(tmp_path):
     url = _empty_store(tmp_path / "store.sqlite")
-    port = _free_port()
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
     env = {
         **os.environ,
@@ -121,7 +115,7 @@ def test_the_app_built_after_the_wait_searches_the_ingested_cases(tmp_path, monk
     monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path / "gradio"))
     url = _empty_store(tmp_path / "store.sqlite")
     config = UIConfig(
-        db_url=url, encoder=ENCODER, port=_free_port(), feature_cache_dir=tmp_path / "f"
+        db_url=url, encoder=ENCODER, port=free_port(), feature_cache_dir=tmp_path / "f"
     )
     with pytest.raises(ArchiveEmptyError) as empty:
         open_case_lookup(config)

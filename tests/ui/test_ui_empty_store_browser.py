@@ -11,12 +11,12 @@ import sys
 import time
 
 import pytest
+from net_ports import free_port
 from test_ui_empty_store import (
     ENCODER,
     REPO,
     WAITING_WORDS,
     _empty_store,
-    _free_port,
     _get,
     _wait_for,
 )
@@ -59,7 +59,7 @@ def test_the_open_tab_turns_into_the_case_lookup_after_ingest(tmp_path):
     from playwright.sync_api import sync_playwright
 
     url = _empty_store(tmp_path / "store.sqlite")
-    port = _free_port()
+    port = free_port()
     base = f"http://127.0.0.1:{port}/"
     password = "waiting-page-test-password"
     env = {

@@ -27,8 +27,9 @@ from urllib.parse import urlsplit
 
 import numpy as np
 import pytest
+from net_ports import free_port
 from ohif_pages import VOI_JS, load_case, open_pair
-from viewer_world import build_world, file_values, free_port, voi
+from viewer_world import build_world, file_values, voi
 
 pytestmark = [
     pytest.mark.browser,

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from viewer_world import build_world, file_values, free_port, preset_of, voi
+from net_ports import free_port
+from viewer_world import build_world, file_values, preset_of, voi
 
 
 def _root_conftest():

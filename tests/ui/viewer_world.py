@@ -7,19 +7,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 from pathlib import Path
 
 import numpy as np
 
 #: the percentiles of each preset, written out here from the viewer's documentation
 PRESETS = {"lung": (1.0, 60.0), "mediastinum": (30.0, 95.0), "bone": (60.0, 99.5)}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def file_values(path: Path) -> tuple[np.ndarray, bool, tuple[float, float] | None]:
