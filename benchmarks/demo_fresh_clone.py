@@ -20,7 +20,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,6 +29,9 @@ import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))  # the tests' free-port helper
+from net_ports import free_port  # noqa: E402
+
 #: the milestones, each named by the first printed line that matches its pattern; a phase runs
 #: from its milestone to the next one printed (old and new `make demo` print different lines)
 PHASES = (
@@ -48,12 +50,6 @@ PHASES = (
     ("demo: ready", r"^ready in"),
 )
 TIMEOUT_S = 1800  # a hang guard
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def session_cpu_seconds(session: int) -> float:
@@ -100,7 +96,7 @@ def run(commit: str, work: Path) -> int:
     clone = work / "clone"
     subprocess.run(["git", "clone", "-q", "--no-local", str(REPO), str(clone)], check=True)
     subprocess.run(["git", "-C", str(clone), "checkout", "-q", commit], check=True)
-    port = _free_port()
+    port = free_port()
     env = dict(os.environ)
     for key in [k for k in env if k.startswith(("CHEXRETRIEVE_", "VIRTUAL_ENV"))]:
         env.pop(key)

@@ -39,7 +39,6 @@ import datetime as dt
 import hashlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -49,8 +48,11 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+for folder in (REPO, REPO / "tests"):  # the package; the tests' free-port helper
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
+
+from net_ports import free_port, free_ports  # noqa: E402
 
 from chexretrieve.findings import FINDINGS  # noqa: E402
 
@@ -257,21 +259,6 @@ def numbers(done: dict) -> dict:
 
 def cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "chexretrieve", *args]
-
-
-def free_port(count: int = 1) -> int:
-    """The first of ``count`` consecutive free ports."""
-    while True:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            first = sock.getsockname()[1]
-        try:
-            for port in range(first + 1, first + count):
-                with socket.socket() as probe:
-                    probe.bind(("127.0.0.1", port))
-            return first
-        except OSError:
-            continue
 
 
 def start_serve(url: str, port: int, log: Path, workers: int = 1
@@ -562,7 +549,7 @@ def main(argv: list[str] | None = None) -> dict:
             process.wait(timeout=60)
 
     if "workers" not in skip and "memory_1" in figures:
-        port = free_port(2)
+        port = free_ports(2)
         process, started, _ = start_serve(url, port, args.work / "serve-workers.log", workers=2)
         try:
             (child,) = children(process.pid)
