@@ -15,7 +15,9 @@ A search is ranked as in one process (``SearchService._rank``), split:
 * every shard applies the filters and the exclusions to its rows (``eligible_mask``) and returns
   its exact top k, ties broken by image id (``rank_exactly``), or an HNSW / IVF index's top k
   over its rows when ``SearchConfig.index_kind`` asks for one and the shard holds at least
-  ``SearchConfig.index_min_gallery`` rows (built by the actor at its first search of the entry);
+  ``SearchConfig.index_min_gallery`` rows (built by the actor in a background thread from its
+  first search of the entry; until it is built, and if its build fails, the shard ranks exactly,
+  so no search waits for a build);
 * the driver keeps the best k of the union by (score descending, image id ascending): the best k
   of every shard's best k are the best k of all rows, so the exact ranking equals the
   single-process one, ids and order (``tests/scale/test_scale_ray_search.py``).
@@ -28,9 +30,11 @@ the actors through Ray's object store once per generation; the actors never read
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,6 +46,8 @@ from chexretrieve.index.rowfile import HEADER_BYTES, MappedRows, RowFileRecord
 from chexretrieve.search.config import SearchConfig, ShardedSearchConfig
 from chexretrieve.search.gallery import Exclusions, SearchFilters, eligible_mask
 from chexretrieve.search.scoring import KeyMatrix, rank_exactly
+
+logger = logging.getLogger(__name__)
 
 #: environment variables handed to the actors (cache root, configuration folder, threads)
 FORWARDED_ENV = ("CHEXRETRIEVE_CACHE", "XDG_CONFIG_HOME", "OMP_NUM_THREADS")
@@ -120,6 +126,9 @@ class ShardQuery:
     index_kind: str = "none"
     index_min_rows: int = 0
     geometry_ref: list | None = None
+    # how many ANN indexes a shard keeps (SearchConfig.index_cache_entries), the least recently
+    # used going first
+    index_entries: int = 4
     # threads one shard's exact scan uses
     threads: int = 1
 
@@ -132,7 +141,11 @@ class ShardRanker:
         self._generation: int | None = None
         self._gallery: ShardGallery | None = None
         self._keys: dict[tuple, KeyMatrix] = {}
-        self._indexes: dict[tuple, object] = {}
+        # (generation, entry, kind) -> ANN index built, being built, or why its build failed
+        self._indexes: OrderedDict[tuple, object] = OrderedDict()
+        self._builds: dict[tuple, threading.Thread] = {}
+        self.index_failures: dict[tuple, str] = {}
+        self._index_lock = threading.Lock()
 
     def where(self) -> dict:
         """The actor's node id, process id and resident memory (``process_memory``)."""
@@ -147,7 +160,9 @@ class ShardRanker:
             start, stop = shard_bounds(manifest.rows, self.shards)[self.shard]
             self._gallery = ShardGallery(manifest, start, stop)
             self._generation = query.generation
-            self._keys, self._indexes = {}, {}
+            with self._index_lock:  # a build of the old generation still running is dropped
+                self._keys, self._indexes = {}, OrderedDict()
+                self.index_failures = {}
         return self._gallery
 
     def _features(self, gallery: ShardGallery, query: ShardQuery) -> KeyMatrix:
@@ -181,20 +196,65 @@ class ShardRanker:
         return rows + gallery.start, scores, gallery.image_ids[rows], candidates
 
     def _rank_by_index(self, gallery, keys, query: ShardQuery, mask, k):
-        from chexretrieve.ann import AnnConfig, build_index
-
+        """(rows, scores) from the entry's ANN index, or None while it is being built (or when
+        its build failed): the caller then ranks exactly. The first call starts the build."""
         stamp = (query.generation, query.entry_name, query.index_kind)
-        index = self._indexes.get(stamp)
+        with self._index_lock:
+            index = self._indexes.get(stamp)
+            if index is not None:
+                self._indexes.move_to_end(stamp)
+            elif stamp in self._builds or stamp in self.index_failures:
+                return None
         if index is None:
             geometry = _fetch(query.geometry_ref[0])  # type: ignore[index]
-            index = build_index(geometry, keys.array, config=AnnConfig(kind=query.index_kind))
-            self._indexes = {stamp: index}
+            build = threading.Thread(
+                target=self._build_index,
+                args=(stamp, geometry, keys.array, max(1, query.index_entries)),
+                name=f"chexretrieve-shard{self.shard}-{query.index_kind}",
+                daemon=True,
+            )
+            with self._index_lock:
+                self._builds[stamp] = build
+            build.start()
+            return None
         vector = np.asarray(query.vector, dtype=np.float32)[None, :]
         found, rows = index.search(vector, k, allowed=mask)
         valid = rows[0] >= 0
         rows, scores = rows[0][valid], found[0][valid].astype(np.float64) + query.offset
         order = np.lexsort((gallery.image_ids[rows], -scores))
         return rows[order], scores[order]
+
+    def _build_index(self, stamp: tuple, geometry, features, keep: int) -> None:
+        try:
+            from chexretrieve.ann import AnnConfig, build_index  # FAISS: only when asked for
+
+            index = build_index(geometry, features, config=AnnConfig(kind=stamp[2]))
+            with self._index_lock:
+                if stamp[0] == self._generation:  # not an archive the shard has moved past
+                    self._indexes[stamp] = index
+                    while len(self._indexes) > keep:
+                        self._indexes.popitem(last=False)
+        except Exception as exc:  # noqa: BLE001 - the shard goes on exactly; the reason is kept
+            with self._index_lock:
+                self.index_failures[stamp] = f"{type(exc).__name__}: {exc}"
+            logger.warning("shard %d: building a %s index failed (%s); it ranks exactly",
+                           self.shard, stamp[2], exc)  # fmt: skip
+        finally:
+            with self._index_lock:
+                self._builds.pop(stamp, None)
+
+    def wait_for_indexes(self, timeout_s: float | None = None) -> dict:
+        """Block until the index builds started so far have ended; what the shard then holds:
+        ``built`` (entries with an index), ``failed`` (entry -> reason)."""
+        with self._index_lock:
+            builds = list(self._builds.values())
+        for build in builds:
+            build.join(timeout_s)
+        with self._index_lock:
+            failed = {name: why for (_, name, _), why in self.index_failures.items()}
+            built = [name for _, name, _ in self._indexes]
+            return {"shard": self.shard, "building": len(self._builds), "built": built,
+                    "failed": failed}  # fmt: skip
 
 
 def shard_keys(folder, entry: dict, start: int, stop: int) -> KeyMatrix:
@@ -316,6 +376,14 @@ class RaySearchBackend:
         return ray.get([actor.where.remote() for actor in self._actors],
                        timeout=self.config.timeout_s)  # fmt: skip
 
+    def wait_for_indexes(self, timeout_s: float | None = None) -> list[dict]:
+        """Block until every shard's ANN index builds started so far have ended (tests,
+        benchmarks); each shard's ``ShardRanker.wait_for_indexes`` answer."""
+        import ray
+
+        self.connect()
+        return ray.get([actor.wait_for_indexes.remote(timeout_s) for actor in self._actors])
+
     def close(self) -> None:
         """End the actors (the cluster itself is not this process's to stop)."""
         import ray
@@ -367,6 +435,7 @@ class RaySearchBackend:
             index_min_rows=search.index_min_gallery // self.config.shards,
             geometry_ref=self._ref(("geometry", key), geometry)
             if search.index_kind != "none" else None,
+            index_entries=search.index_cache_entries,
             threads=1,
         )  # fmt: skip
         calls = [actor.rank.remote(job) for actor in self._actors]

@@ -6,6 +6,7 @@ cluster itself is tested in tests/scale/test_scale_ray_search.py."""
 from __future__ import annotations
 
 import datetime as dt
+import threading
 
 import numpy as np
 import pytest
@@ -53,10 +54,10 @@ REQUESTS = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize("request_", REQUESTS, ids=lambda r: f"{r.geometry}-{r.finding}")
-@pytest.mark.parametrize("shards", [1, 3, 7])
-def test_shards_rank_as_the_single_process_search(service, request_, shards) -> None:
-    want = service.search(request_)
+def _prepared(service, request_):
+    """What the driver computes for a request (``RaySearchBackend.rank``): gallery, finding,
+    fitted geometry, gallery features, query vector and offset, exclusions, the index entry's
+    name and record."""
     gallery = service.gallery
     finding = canonical_finding(request_.finding)
     query, own_row = service._query_embedding(request_, gallery)
@@ -65,8 +66,19 @@ def test_shards_rank_as_the_single_process_search(service, request_, shards) -> 
                                                 gallery)  # fmt: skip
     vector, offset = service.query_vector(geometry, features, query, request_, gallery)
     exclusions = service.exclusions(request_, gallery, own_row)
+    name, entry = service.index.served_entry(gallery, key)
+    return gallery, finding, geometry, features, vector, offset, exclusions, name, entry
+
+
+@pytest.mark.parametrize("request_", REQUESTS, ids=lambda r: f"{r.geometry}-{r.finding}")
+@pytest.mark.parametrize("shards", [1, 3, 7])
+def test_shards_rank_as_the_single_process_search(service, request_, shards) -> None:
+    want = service.search(request_)
+    gallery, finding, _, features, vector, offset, exclusions, _, entry = _prepared(
+        service, request_
+    )
+    query, own_row = service._query_embedding(request_, gallery)
     whole_mask = service._eligible(request_, finding, gallery, own_row)
-    _, entry = service.index.served_entry(gallery, key)
     parts, masks = [], []
     for start, stop in shard_bounds(len(gallery), shards):
         shard = ShardGallery(gallery.manifest, start, stop)
@@ -108,3 +120,93 @@ def test_shard_bounds_cover_every_row_once() -> None:
         assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:], strict=False))
         sizes = [stop - start for start, stop in bounds]
         assert max(sizes) - min(sizes) <= 1
+
+
+def _shard_query(service, request_, shards: int, kind: str):
+    """(ShardQuery for shard 0 of ``shards`` with the records themselves as their refs,
+    the single-process ranking of shard 0's rows)."""
+    from chexretrieve.distributed.ray_search import ShardQuery
+
+    gallery, finding, geometry, _, vector, offset, exclusions, name, entry = _prepared(
+        service, request_
+    )
+    job = ShardQuery(generation=gallery.manifest.generation, manifest_ref=[gallery.manifest],
+                     entry_name=name, entry_ref=[entry], vector=np.asarray(vector, np.float32),
+                     offset=float(offset), k=request_.top_k, filters=request_.filters,
+                     finding=finding, exclusions=exclusions, index_kind=kind, index_min_rows=0,
+                     geometry_ref=[geometry])  # fmt: skip
+    start, stop = shard_bounds(len(gallery), shards)[0]
+    shard = ShardGallery(gallery.manifest, start, stop)
+    keys = shard_keys(gallery.manifest.folder, entry, start, stop)
+    mask = eligible_mask(shard, request_.filters, finding, exclusions, start)
+    rows, scores, _ = rank_exactly(keys, vector, offset, mask, int(mask.sum()), request_.top_k,
+                                   shard.image_ids)  # fmt: skip
+    return job, (shard.image_ids[rows].tolist(), scores)
+
+
+def test_a_shard_ranks_exactly_while_its_ann_index_is_built_in_the_background(
+    service, monkeypatch
+) -> None:
+    """The first search of an entry starts the shard's index build and is answered exactly at
+    once; once built, the index answers (FAISS's exact kind: the same ranking)."""
+    from chexretrieve import ann
+    from chexretrieve.distributed import ray_search
+
+    monkeypatch.setattr(ray_search, "_fetch", lambda ref: ref)  # the records, not Ray refs
+    release, started = threading.Event(), []
+    real_build = ann.build_index
+
+    def held_build(*args, **kwargs):  # the build ends only when the test says so
+        started.append(args)
+        release.wait(60)
+        return real_build(*args, **kwargs)
+
+    monkeypatch.setattr(ann, "build_index", held_build)
+    job, (want_ids, want_scores) = _shard_query(service, REQUESTS[0], 3, "exact")
+    ranker = ray_search.ShardRanker(0, 3)
+    for _ in range(2):  # the build is held: both searches are answered exactly, one build
+        _, scores, ids, _ = ranker.rank(job)
+        assert ids.tolist() == want_ids
+        np.testing.assert_allclose(scores, want_scores, rtol=1e-12)
+    assert len(started) == 1 and ranker.wait_for_indexes(0.01)["building"] == 1
+    release.set()
+    state = ranker.wait_for_indexes(60)
+    assert state == {"shard": 0, "building": 0, "built": [job.entry_name], "failed": {}}
+    stamp = (job.generation, job.entry_name, "exact")
+    used = []
+    index = ranker._indexes[stamp]
+
+    class Spy:
+        def search(self, *args, **kwargs):
+            used.append(1)
+            return index.search(*args, **kwargs)
+
+    ranker._indexes[stamp] = Spy()
+    _, scores, ids, _ = ranker.rank(job)
+    assert used == [1] and ids.tolist() == want_ids
+    np.testing.assert_allclose(scores, want_scores, rtol=1e-5)
+
+
+def test_a_shard_whose_index_build_fails_keeps_ranking_exactly_and_does_not_retry(
+    service, monkeypatch
+) -> None:
+    from chexretrieve import ann
+    from chexretrieve.distributed import ray_search
+
+    monkeypatch.setattr(ray_search, "_fetch", lambda ref: ref)
+    calls = []
+
+    def failing_build(*args, **kwargs):
+        calls.append(1)
+        raise MemoryError("no room for the graph")
+
+    monkeypatch.setattr(ann, "build_index", failing_build)
+    job, (want_ids, _) = _shard_query(service, REQUESTS[1], 2, "hnsw")
+    ranker = ray_search.ShardRanker(0, 2)
+    assert ranker.rank(job)[2].tolist() == want_ids
+    state = ranker.wait_for_indexes(60)
+    assert state["built"] == [] and state["building"] == 0
+    assert state["failed"] == {job.entry_name: "MemoryError: no room for the graph"}
+    for _ in range(2):
+        assert ranker.rank(job)[2].tolist() == want_ids
+    assert ranker.wait_for_indexes(60)["building"] == 0 and calls == [1]

@@ -200,8 +200,18 @@ def test_serve_with_the_ray_backend_shows_the_same_ranking_in_a_browser(world) -
 
 def test_hnsw_per_shard_finds_most_of_the_exact_top_k_with_exact_scores(world) -> None:
     """An HNSW index per shard (SearchConfig.index_kind): approximate, so its top k is compared
-    with the exact one by recall; every score it returns is the exact score of that image."""
+    with the exact one by recall; every score it returns is the exact score of that image. The
+    searches before the shards' indexes are built are answered exactly, without waiting."""
     local, remote, _ = world
+    for name in ANN_CASES:
+        want, first = local[name], remote["hnsw_while_built"][name]
+        assert first["ids"] == want["ids"] and first["candidates"] == want["candidates"]
+        np.testing.assert_allclose(first["scores"], want["scores"], rtol=1e-6, atol=1e-9)
+    built = remote["hnsw_built"]
+    assert sorted(state["shard"] for state in built) == list(range(len(built)))
+    for state in built:  # each shard built one index per searched entry, none failed
+        assert state["building"] == 0 and state["failed"] == {}, state
+        assert len(state["built"]) == len(ANN_CASES), state
     found = wanted = 0
     for name in ANN_CASES:
         want, got = local[name], remote["hnsw"][name]
