@@ -23,7 +23,10 @@ product's own commands:
    (``pair_ratio``: the first's RSS plus the second's USS, over the first's RSS, at one moment);
 7. ``serve --workers 2`` (the second worker forked after the imports), the same searches on each
    worker: the two workers' memory against the first's alone (``pair_ratio``);
-8. 1,000 new images written, then ``chexretrieve index build`` again (the update ingest runs).
+8. a fresh `serve` with a stored thumbnail (256 px, a different phantom radiograph each) for every
+   image the pages show, the same searches: what a real archive's pages cost (the synthetic images
+   have no pixels, so steps 4-7 show the shared placeholder); the thumbnails are removed after;
+9. 1,000 new images written, then ``chexretrieve index build`` again (the update ingest runs).
 
 Every line prints the load average beside it (the development machine is shared); goals and
 ratios from the issue's table are printed at the end, measured in this one run.
@@ -51,7 +54,14 @@ for folder in (REPO, REPO / "tests"):  # the package; the tests' free-port helpe
         sys.path.insert(0, str(folder))
 
 from net_ports import free_port, free_ports  # noqa: E402
-from synthetic_archive import DIM, ENCODER, ENCODER_ID, build_store  # noqa: E402
+from synthetic_archive import (  # noqa: E402
+    DIM,
+    ENCODER,
+    ENCODER_ID,
+    build_store,
+    remove_thumbnails,
+    store_thumbnails,
+)
 
 GOALS = {  # figure -> (300k goal, 1M goal), seconds or GB
     "index build": (180.0, 600.0),
@@ -59,6 +69,7 @@ GOALS = {  # figure -> (300k goal, 1M goal), seconds or GB
     "first search": (1.0, 1.5),
     "p95 after": (None, 0.25),
     "p95 after (service)": (None, 0.25),
+    "p95 after, thumbnails": (None, 0.25),  # every image shown with a stored thumbnail
     "RSS beyond the index": (1.0, 2.0),
     "incremental update": (10.0, 20.0),
     "2 processes / 1": (None, None),  # two separate `serve` processes: reported, no goal
@@ -225,6 +236,28 @@ def api_searches(url: str, cases: list[int]) -> dict:
             "cpu": done["cpu"]}  # fmt: skip
 
 
+SHOWN_SCRIPT = """
+import json, sys
+from chexretrieve.app import AppConfig, open_search_app
+from chexretrieve.search.service import SearchRequest
+url, cases = sys.argv[1], [int(c) for c in sys.argv[2].split(",")]
+service = open_search_app(AppConfig(db_url=url, encoder=sys.argv[3])).service
+shown = set(cases)
+for finding, case in [("Pleural Effusion", cases[0]), ("Edema", cases[0])] + [
+        ("Pleural Effusion", c) for c in cases[1:]]:
+    found = service.search(SearchRequest(finding=finding, geometry="softmax", case_id=case,
+                                         top_k=12))
+    shown.update(hit.image_id for hit in found.hits)
+print(json.dumps(sorted(shown)))
+"""
+
+
+def shown_images(url: str, cases: list[int]) -> list[int]:
+    """The images ``browse`` shows: the cases opened and their results (the UI's defaults)."""
+    done = run([sys.executable, "-c", SHOWN_SCRIPT, url, ",".join(map(str, cases)), ENCODER])
+    return json.loads(done["out"].strip().splitlines()[-1])
+
+
 # ---------------------------------------------------------------------------- browser
 CASE_ID = "#case-id textarea, #case-id input"
 RESULTS = (
@@ -331,7 +364,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--work", type=Path, required=True, help="folder of the store (kept)")
     parser.add_argument("--searches", type=int, default=20, help="searches after the first")
     parser.add_argument("--skip", default="", help="comma-separated steps to skip: "
-                        "build,search,serve,two,workers,update")  # fmt: skip
+                        "build,search,serve,two,workers,thumbnails,update")  # fmt: skip
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     parser.add_argument(
         "--check-bulk", action="store_true", help="first check the bulk rows equal write_batch's"
@@ -431,6 +464,9 @@ def main(argv: list[str] | None = None) -> dict:
             process.terminate()
             process.wait(timeout=60)
 
+    if "thumbnails" not in skip and "browser" in figures:
+        figures["thumbnails"] = with_thumbnails(url, store_path, cases, args, figures["browser"])
+
     if "update" not in skip:
         from chexretrieve.store import open_store
 
@@ -454,6 +490,34 @@ def main(argv: list[str] | None = None) -> dict:
     return figures
 
 
+def with_thumbnails(url: str, store_path: Path, cases: list[int], args, plain: dict) -> dict:  # noqa: ANN001
+    """The same searches in a fresh `serve` with a stored thumbnail (a phantom radiograph's,
+    256 px) for every image the pages show, as a real archive sends them; the thumbnails are
+    removed again afterwards."""
+    shown = shown_images(url, cases)
+    written = store_thumbnails(url, shown)
+    say(f"  stored thumbnails for the {len(shown)} images the pages show "
+        f"({written / len(shown) / 1024:.0f} kB each)")  # fmt: skip
+    try:
+        port = free_port()
+        process, started, _ = start_serve(url, port, args.work / "serve-thumbnails.log")
+        try:
+            found = browse(port, process.pid, cases, "Edema", args.searches)
+        finally:
+            process.terminate()
+            process.wait(timeout=60)
+    finally:
+        remove_thumbnails(str(store_path), shown)
+    p50, p95 = np.percentile(found["later"], [50, 95])
+    w50, w95 = np.percentile(found["later_wall"], [50, 95])
+    before = float(np.percentile(plain["later"], 95))
+    say(f"  with thumbnails: first search {found['first']:.2f} s, {len(found['later'])} later "
+        f"searches p50 {p50:.3f} s, p95 {p95:.3f} s ({p95 / before:.2f}x the p95 without, "
+        f"{before:.3f} s; through Playwright's calls p50 {w50:.3f}, p95 {w95:.3f} s)")  # fmt: skip
+    return {**found, "images": len(shown), "bytes": written, "later_p50": float(p50),
+            "later_p95": float(p95), "over_plain_p95": float(p95 / before)}  # fmt: skip
+
+
 def report(figures: dict, big: int) -> None:
     browser = figures.get("browser", {})
     later = browser.get("later")  # absent when `serve` was skipped: nothing to report
@@ -463,6 +527,7 @@ def report(figures: dict, big: int) -> None:
         "first search": max(browser.get("first", 0), browser.get("other", 0)) or None,
         "p95 after": float(np.percentile(later, 95)) if later else None,
         "p95 after (service)": figures.get("api", {}).get("p95"),
+        "p95 after, thumbnails": figures.get("thumbnails", {}).get("later_p95"),
         "RSS beyond the index": figures.get("memory_1", {}).get("beyond"),
         "incremental update": figures.get("update", {}).get("wall"),
         "2 processes / 1": figures.get("two_over_one"),

@@ -147,3 +147,36 @@ def bulk_insert(path: str, start: int, count: int, revision: int, batch: int) ->
         connection.commit()
     finally:
         connection.close()
+
+
+def store_thumbnails(url: str, image_ids, max_side: int = 256) -> int:
+    """Store a thumbnail for each of ``image_ids`` as ingest stores one (8-bit greyscale PNG,
+    longest side ``max_side``), each of a different phantom radiograph (a browser decodes every
+    one); the bytes written."""
+    from chexretrieve.dicom import thumbnail_png
+    from chexretrieve.phantom import PhantomConfig, generate_case
+    from chexretrieve.store import Thumbnail, open_store
+
+    config = PhantomConfig()
+    thumbnails = {
+        int(i): Thumbnail(
+            thumbnail_png(generate_case(11, int(i), config).image, max_side), max_side
+        )  # fmt: skip
+        for i in image_ids
+    }
+    with open_store(url) as store:
+        store.put_thumbnails(thumbnails, replace=True)
+    return sum(len(t.png) for t in thumbnails.values())
+
+
+def remove_thumbnails(path: str, image_ids) -> None:
+    """Delete the stored thumbnails of ``image_ids`` (the archive is left as it was built)."""
+    import sqlite3
+
+    connection = sqlite3.connect(path)
+    try:
+        ids = sorted({int(i) for i in image_ids})
+        connection.executemany("DELETE FROM thumbnails WHERE image_id = ?", [(i,) for i in ids])
+        connection.commit()
+    finally:
+        connection.close()

@@ -121,18 +121,25 @@ class ReportTexts:
     def prefetch(self, image_ids) -> None:
         """Read the stored reports of the images not yet asked for, in one read of the store
         (``report_for`` then answers them from memory)."""
-        if self.stored is None or self.stored_many is None:
+        if self.stored is None:
             return
-        self._forget_if_moved()
+        self._forget_if_moved()  # also for ``report_for(prefetched=True)`` when it reads one by one
+        if self.stored_many is None:
+            return
+        seen = self._kept_at
         missing = [int(i) for i in image_ids if int(i) not in self._by_image]
         if missing:
             for key, text in self.stored_many(missing).items():
-                self._keep(key, _shortened(text) if text else None)
+                self._keep(key, _shortened(text) if text else None, seen)
 
-    def _keep(self, image_id: int, text: str | None) -> None:
+    def _keep(self, image_id: int, text: str | None, seen: int | None) -> None:
         """Remember ``text`` as the report of ``image_id``, forgetting the least recently asked
-        for beyond KEPT_REPORTS (a server over a million images would otherwise keep them all)."""
+        for beyond KEPT_REPORTS (a server over a million images would otherwise keep them all).
+        ``seen``: the revision checked before the read; when another request has seen the
+        revision move since, the text may be older than the store's and is not kept."""
         with self._lock:
+            if seen != self._kept_at:
+                return
             self._by_image[image_id] = text
             self._by_image.move_to_end(image_id)
             while len(self._by_image) > KEPT_REPORTS:
@@ -158,6 +165,7 @@ class ReportTexts:
         if self.stored is not None and image_id is not None:
             if not prefetched:
                 self._forget_if_moved()
+            seen = self._kept_at
             key = int(image_id)
             with self._lock:
                 known = key in self._by_image
@@ -167,7 +175,7 @@ class ReportTexts:
             if not known:
                 stored = self.stored(key)
                 text = _shortened(stored) if stored else None
-                self._keep(key, text)
+                self._keep(key, text, seen)
             if text is not None:
                 return text
         if not isinstance(source_path, str) or not source_path:

@@ -134,6 +134,24 @@ def test_kept_stored_reports_are_read_again_only_when_the_revision_moves():
     assert reads == [[1, 2], [1], [2]]  # 1 was read at this revision; 2 was forgotten
 
 
+def test_a_report_read_while_the_revision_moves_is_not_kept():
+    """Another request sees the revision move while this one reads: what this one read may be
+    older than the store's, so it is not kept, and the next look reads the store again."""
+    revision = [1]
+
+    def stored_many(image_ids):
+        revision[0] = 2  # a report is stored meanwhile ...
+        texts._forget_if_moved()  # ... and another request has seen it
+        return {i: "Read before the change." for i in image_ids}
+
+    texts = ReportTexts(stored=lambda i: "Stored meanwhile.", stored_many=stored_many,
+                        revision=lambda: revision[0])  # fmt: skip
+    texts.prefetch([1])
+    assert 1 not in texts._by_image
+    assert texts.report_for(None, 1) == "Stored meanwhile."
+    assert texts._by_image[1] == "Stored meanwhile."
+
+
 def test_a_configured_reports_csv_wins_and_an_unrelated_path_has_no_report(archive, tmp_path):
     other = tmp_path / "reports-extra.csv"
     other.write_text(
