@@ -141,7 +141,8 @@ class ShardRanker:
         self._generation: int | None = None
         self._gallery: ShardGallery | None = None
         self._keys: dict[tuple, KeyMatrix] = {}
-        # (generation, entry, kind) -> ANN index built, being built, or why its build failed
+        # (generation, entry, kind) -> the ANN index built (least recently used first), the
+        # thread building it, why its build failed (not retried for that generation)
         self._indexes: OrderedDict[tuple, object] = OrderedDict()
         self._builds: dict[tuple, threading.Thread] = {}
         self.index_failures: dict[tuple, str] = {}
