@@ -8,7 +8,7 @@ import pandas as pd
 from sqlalchemy import delete, insert, select
 
 from chexretrieve.store import writes
-from chexretrieve.store.queries import anchor_key
+from chexretrieve.store.queries import anchor_key, select_frame
 from chexretrieve.store.records import bytes_to_matrix, matrix_to_bytes
 from chexretrieve.store.schema import AnchorEmbedding
 
@@ -76,5 +76,4 @@ class AnchorEmbeddingCache:
             AnchorEmbedding.created_at,
         ).order_by(AnchorEmbedding.anchor_set_id, AnchorEmbedding.version)
         with self._read() as conn:
-            rows = conn.execute(stmt).all()
-        return pd.DataFrame([r._asdict() for r in rows], columns=list(stmt.selected_columns.keys()))
+            return select_frame(conn, stmt)

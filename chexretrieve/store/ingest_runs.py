@@ -12,7 +12,7 @@ import pandas as pd
 from sqlalchemy import insert, select, update
 
 from chexretrieve.store import writes
-from chexretrieve.store.queries import process_alive
+from chexretrieve.store.queries import process_alive, select_frame
 from chexretrieve.store.records import Outcome
 from chexretrieve.store.schema import OUTCOMES, RUN_STATUSES, IngestOutcome, IngestRun
 
@@ -81,8 +81,7 @@ class IngestRuns:
             IngestRun.counts_json,
         ).order_by(IngestRun.id)
         with self._read() as conn:
-            rows = conn.execute(stmt).all()
-        return pd.DataFrame([r._asdict() for r in rows], columns=list(stmt.selected_columns.keys()))
+            return select_frame(conn, stmt)
 
     def outcomes_frame(self, run_id: int | None = None) -> pd.DataFrame:
         stmt = select(
@@ -97,5 +96,4 @@ class IngestRuns:
         if run_id is not None:
             stmt = stmt.where(IngestOutcome.run_id == run_id)
         with self._read() as conn:
-            rows = conn.execute(stmt).all()
-        return pd.DataFrame([r._asdict() for r in rows], columns=list(stmt.selected_columns.keys()))
+            return select_frame(conn, stmt)

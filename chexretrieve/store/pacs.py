@@ -16,6 +16,7 @@ import pandas as pd
 from sqlalchemy import insert, select, update
 
 from chexretrieve.store import writes
+from chexretrieve.store.queries import select_frame
 from chexretrieve.store.schema import PACS_INSTANCE_STATUSES, PacsInstance, PacsStudy
 from chexretrieve.store.store import Store
 
@@ -185,8 +186,7 @@ class PacsLedger:
             .order_by(PacsStudy.study_uid)
         )
         with self.store._read() as conn:
-            rows = conn.execute(stmt).all()
-        return pd.DataFrame([r._asdict() for r in rows], columns=list(stmt.selected_columns.keys()))
+            return select_frame(conn, stmt)
 
     def instances_frame(self, study_uid: str | None = None) -> pd.DataFrame:
         stmt = select(
@@ -203,5 +203,4 @@ class PacsLedger:
             stmt = stmt.where(PacsInstance.study_uid == study_uid)
         stmt = stmt.order_by(PacsInstance.study_uid, PacsInstance.sop_uid)
         with self.store._read() as conn:
-            rows = conn.execute(stmt).all()
-        return pd.DataFrame([r._asdict() for r in rows], columns=list(stmt.selected_columns.keys()))
+            return select_frame(conn, stmt)

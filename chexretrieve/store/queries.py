@@ -145,6 +145,12 @@ def post_filter(frame: pd.DataFrame, filters: ImageFilter | None) -> pd.DataFram
     return frame[post_filter_mask(frame, filters)]
 
 
+def select_frame(conn: Connection, stmt) -> pd.DataFrame:  # noqa: ANN001 - a Select
+    """The rows of ``stmt`` as a DataFrame with its selected columns (also when it has none)."""
+    rows = conn.execute(stmt).all()
+    return pd.DataFrame([r._asdict() for r in rows], columns=list(stmt.selected_columns.keys()))
+
+
 def metadata_frame(records: list[dict]) -> pd.DataFrame:
     frame = pd.DataFrame(records, columns=["image_id", *IMAGE_COLUMNS])
     frame["image_id"] = frame["image_id"].astype(np.int64)
