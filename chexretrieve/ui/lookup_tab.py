@@ -70,6 +70,7 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
         not_relevant_state = gr.State(())
         page_state = gr.State(0)  # page of the case picker
         upload_ok = gr.State(False)  # whether the last upload became the query
+        marked = gr.State(False)  # whether the last relevance mark changed the feedback
         with gr.Row(equal_height=False, elem_classes=["cx-lookup"]):
             with gr.Column(scale=1, min_width=300, elem_classes=["cx-query-panel"]):
                 with gr.Row(equal_height=True):
@@ -503,13 +504,19 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
         def handler(selected, relevant, not_relevant):
             if selected is None:  # said in the viewer too: a query-only viewer stays open
                 text = "Select a result first (click its card or row), then mark it."
-                return message_html(text), message_html(text), gr.skip(), gr.skip()
+                return message_html(text), message_html(text), gr.skip(), gr.skip(), False
             rel = set(relevant) - {selected}
             non = set(not_relevant) - {selected}
             (rel if relevant_flag else non).add(int(selected))
-            return "", "", tuple(sorted(rel)), tuple(sorted(non))
+            return "", "", tuple(sorted(rel)), tuple(sorted(non)), True
 
         return handler
+
+    def search_after_mark(data: dict, request: gr.Request, progress=gr.Progress()):
+        # a mark that changed nothing searches nothing: the search would clear its message
+        if not data[marked]:
+            return (gr.skip(),) * len(search_outputs)
+        return quiet_search(data, request, progress)
 
     feedback_states = [relevant_state, not_relevant_state]
     for buttons, flag in (
@@ -520,9 +527,9 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
             button.click(
                 mark(flag),
                 [selected_state, *feedback_states],
-                [message, panel.message, *feedback_states],
+                [message, panel.message, *feedback_states, marked],
                 **quietly,
-            ).then(quiet_search, search_inputs, search_outputs, **on_results)
+            ).then(search_after_mark, {*search_inputs, marked}, search_outputs, **on_results)
     clear_btn.click(lambda: ((), ()), None, feedback_states, **quietly).then(
         quiet_search, search_inputs, search_outputs, **on_results
     )

@@ -686,6 +686,10 @@ def test_defect_3_marking_not_relevant_never_leaves_a_stale_selection(page):
         _wait_text(page, "#feedback", f"Relevant: {case_id}")
     else:
         _wait_text(page, MESSAGE, "Select a result first")
+        # the message stays to be read: a mark that changed nothing starts no search that
+        # would clear it (it used to, a moment after showing it)
+        page.wait_for_timeout(1500)
+        assert "Select a result first" in _message(page)
     if now_second != case_id:
         assert f"Relevant: {now_second}" not in page.inner_text("#feedback")
     page.click("#clear-fb")
