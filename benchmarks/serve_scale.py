@@ -262,7 +262,7 @@ def shown_images(url: str, cases: list[int]) -> list[int]:
 CASE_ID = "#case-id textarea, #case-id input"
 #: new results are in the page: the server numbers each answer (``data-serial``), so comparing
 #: numbers costs nothing, where comparing the HTML serialised a 600 kB page (stored thumbnails
-#: inline) at every change the observer saw: 60 ms of the page's main thread per search
+#: inline) at every change the observer saw: about 65 ms of the page's own thread per search
 RESULTS = (
     "(prev) => { const e = document.querySelector('#results');"
     " const r = e && e.querySelector('.cx-results[data-serial]');"

@@ -70,7 +70,7 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
         not_relevant_state = gr.State(())
         page_state = gr.State(0)  # page of the case picker
         upload_ok = gr.State(False)  # whether the last upload became the query
-        marked = gr.State(False)  # whether the last relevance mark changed the feedback
+        marked = gr.State(False)  # whether the last relevance mark applied (a result selected)
         with gr.Row(equal_height=False, elem_classes=["cx-lookup"]):
             with gr.Column(scale=1, min_width=300, elem_classes=["cx-query-panel"]):
                 with gr.Row(equal_height=True):
@@ -513,7 +513,7 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
         return handler
 
     def search_after_mark(data: dict, request: gr.Request, progress=gr.Progress()):
-        # a mark that changed nothing searches nothing: the search would clear its message
+        # a mark with nothing selected searches nothing: the search would clear its message
         if not data[marked]:
             return (gr.skip(),) * len(search_outputs)
         return quiet_search(data, request, progress)
