@@ -336,6 +336,17 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
 
     quiet_search, explicit_search = search(False), search(True)
 
+    def search_when(flag: gr.State):
+        """The quiet search after a step that sets ``flag``: nothing when the step did not
+        apply (a failed upload, a mark with nothing selected): it would clear their message."""
+
+        def search_if_flagged(data: dict, request: gr.Request, progress=gr.Progress()):
+            if not data[flag]:
+                return (gr.skip(),) * len(search_outputs)
+            return quiet_search(data, request, progress)
+
+        return search_if_flagged
+
     def pick_case(value, fnd, request: gr.Request):
         """A case chosen in the list; the list closed without a choice changes nothing."""
         if value is None or value == "":
@@ -379,14 +390,9 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
             trigger(opening(handler, widget), {widget, finding, *search_inputs}, open_outputs,
                     **on_open)  # fmt: skip
 
-    def search_after_upload(data: dict, request: gr.Request, progress=gr.Progress()):
-        if not data[upload_ok]:
-            return (gr.skip(),) * len(search_outputs)
-        return quiet_search(data, request, progress)
-
     upload.upload(
         load_upload, [upload, finding, ids_state], [*query_outputs, upload, upload_ok], **on_query
-    ).then(search_after_upload, {*search_inputs, upload_ok}, search_outputs, **on_results)
+    ).then(search_when(upload_ok), {*search_inputs, upload_ok}, search_outputs, **on_results)
 
     # ------------------------------------------------------------------ case picker
     picker_outputs = [case_pick, page_state, message]
@@ -512,12 +518,6 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
 
         return handler
 
-    def search_after_mark(data: dict, request: gr.Request, progress=gr.Progress()):
-        # a mark with nothing selected searches nothing: the search would clear its message
-        if not data[marked]:
-            return (gr.skip(),) * len(search_outputs)
-        return quiet_search(data, request, progress)
-
     feedback_states = [relevant_state, not_relevant_state]
     for buttons, flag in (
         ((rel_btn, panel.relevant), True),
@@ -529,7 +529,7 @@ def build_lookup_tab(app: gr.Blocks, lookup: CaseLookup, config: UIConfig) -> Lo
                 [selected_state, *feedback_states],
                 [message, panel.message, *feedback_states, marked],
                 **quietly,
-            ).then(search_after_mark, {*search_inputs, marked}, search_outputs, **on_results)
+            ).then(search_when(marked), {*search_inputs, marked}, search_outputs, **on_results)
     clear_btn.click(lambda: ((), ()), None, feedback_states, **quietly).then(
         quiet_search, search_inputs, search_outputs, **on_results
     )
